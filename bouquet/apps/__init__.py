@@ -1,0 +1,1 @@
+"""Wiring: the ServerApp and ClientApp, the method registry, config, results and the CLI."""

@@ -1,0 +1,187 @@
+"""Benchmark suites: several configurations run through the real apps, one summary.json each.
+
+A suite is a Python file ``benchmarks/<suite>.py`` that defines::
+
+    def runs(quick: bool) -> list[BenchRun]: ...
+    # optional: metrics to tabulate and a note printed under the table
+    COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_total"]
+    def report(summaries: dict[str, dict]) -> str: ...   # extra markdown (checks, ratios)
+
+``bouquet bench SUITE [--quick] --out DIR`` runs each :class:`BenchRun` through the ServerApp's
+run loop and the real ClientApp. The default engine is the in-process grid (the same app code,
+without Ray's start-up cost); ``--engine simulation`` sends every run through ``flwr run``.
+Results: ``DIR/<run>/summary.json`` (plus metrics.jsonl and plots), ``DIR/table.md``, and
+``DIR/plots`` with every run's curves together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from bouquet.apps.results import read_metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchRun:
+    """One configuration of a suite.
+
+    Attributes
+    ----------
+    name : str
+        Folder name under the output directory (unique in the suite).
+    config : Mapping[str, Any]
+        Run-config overrides (``method``, ``task``, method keys...).
+    clients : int
+        Number of simulated nodes.
+    group : str
+        Runs with the same group are averaged over seeds in the table (default: the name
+        without a trailing ``-s<seed>``).
+    """
+
+    name: str
+    config: Mapping[str, Any]
+    clients: int = 10
+    group: str = ""
+
+    @property
+    def group_name(self) -> str:
+        """Group key used for averaging over seeds."""
+        if self.group:
+            return self.group
+        head, sep, tail = self.name.rpartition("-s")
+        return head if sep and tail.isdigit() else self.name
+
+
+DEFAULT_COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_total",
+                   "comm.up_bytes_per_client_round", "time.wall_s"]
+
+
+def suite_path(name: str, root: Path | None = None) -> Path:
+    """Locate ``benchmarks/<name>.py`` (in ``root``, the cwd, or the source checkout)."""
+    candidates = [Path(root or Path.cwd()) / "benchmarks" / f"{name}.py",
+                  Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"]
+    for c in candidates:
+        if c.is_file():
+            return c
+    known = sorted({p.stem for c in candidates if c.parent.is_dir() for p in c.parent.glob("*.py")
+                    if not p.stem.startswith("_")})
+    raise FileNotFoundError(f"no benchmark suite {name!r}; known: {', '.join(known) or 'none'}")
+
+
+def load_suite(name: str) -> ModuleType:
+    """Import a suite file as a module."""
+    path = suite_path(name)
+    spec = importlib.util.spec_from_file_location(f"bouquet_bench_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lookup(summary: Mapping[str, Any], dotted: str) -> Any:
+    """``lookup(s, "comm.up_bytes_total")`` -> ``s["comm"]["up_bytes_total"]`` (None if absent)."""
+    cur: Any = summary
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
+    return str(v)
+
+
+def table(summaries: Mapping[str, Mapping[str, Any]], columns: Sequence[str],
+          groups: Mapping[str, str] | None = None) -> str:
+    """Markdown table: one row per group (mean ± spread over its runs), one column per key."""
+    groups = groups or {k: k for k in summaries}
+    by_group: dict[str, list[str]] = {}
+    for run, g in groups.items():
+        if run in summaries:
+            by_group.setdefault(g, []).append(run)
+    lines = ["| run | n | " + " | ".join(columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for g, runs in by_group.items():
+        cells = []
+        for col in columns:
+            vals = [lookup(summaries[r], col) for r in runs]
+            nums = [float(v) for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+            if len(nums) > 1:
+                mean = sum(nums) / len(nums)
+                spread = (max(nums) - min(nums)) / 2
+                cells.append(f"{_fmt(mean)} ± {_fmt(spread)}")
+            elif nums:
+                cells.append(_fmt(nums[0]))
+            else:
+                cells.append(_fmt(vals[0] if vals else None))
+        lines.append(f"| {g} | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+RunFn = Callable[[BenchRun, Path], Path]
+
+
+def run_inprocess(run: BenchRun, out: Path) -> Path:
+    """Run one configuration with the in-process grid; return its summary path."""
+    from bouquet.apps.local_grid import LocalGrid
+    from bouquet.apps.runner import execute
+
+    cfg = {**run.config, "results-dir": str(out), "run-name": run.name}
+    grid = LocalGrid(run.clients, cfg)
+    return execute(grid, grid.run_config)
+
+
+def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
+              only: Sequence[str] = ()) -> Path:
+    """Run every configuration of a suite; write ``table.md``; return its path."""
+    suite = load_suite(name)
+    runs: list[BenchRun] = suite.runs(quick)
+    if only:
+        runs = [r for r in runs if any(o in r.name for o in only)]
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"suite {name}: run names must be unique")
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if engine == "inprocess":
+        runner: RunFn = run_inprocess
+    else:
+        from bouquet.apps.simulation import run_simulation_bench
+
+        runner = run_simulation_bench
+    summaries: dict[str, dict[str, Any]] = {}
+    t0 = time.monotonic()
+    for i, run in enumerate(runs, 1):
+        print(f"[bench] {name} {i}/{len(runs)}: {run.name}", flush=True)
+        path = runner(run, out)
+        summaries[run.name] = json.loads(path.read_text())
+    columns = list(getattr(suite, "COLUMNS", DEFAULT_COLUMNS))
+    groups = {r.name: r.group_name for r in runs}
+    text = [f"# Benchmark `{name}`{' (quick)' if quick else ''}", "",
+            f"{len(runs)} runs, engine {engine}, {time.monotonic() - t0:.0f} s in all.", "",
+            table(summaries, columns, groups), ""]
+    if hasattr(suite, "report"):
+        text += [suite.report(summaries, out), ""]
+    try:
+        from bouquet.apps.plots import plot_curves
+
+        metrics = getattr(suite, "PLOT_METRICS", ["accuracy"])
+        plot_curves({r.name: read_metrics(out / r.name) for r in runs}, metrics, out / "plots")
+    except Exception as exc:  # plots never lose a benchmark
+        text.append(f"(plots skipped: {exc})")
+    path = out / "table.md"
+    path.write_text("\n".join(text))
+    print(path.read_text(), flush=True)
+    return path

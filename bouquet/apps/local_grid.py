@@ -1,0 +1,102 @@
+"""An in-process Grid (tests, quick benchmarks and ``bouquet run --engine inprocess``): the real ClientApp runs inside push_messages, no Ray, no SuperLink.
+
+Each simulated node has its own Context (so ``context.state`` behaves as in Flower). Faults can be
+injected per node: ``corrupt[partition_id] = fn(content) -> content`` edits a reply,
+``fail`` makes the node raise, ``drop`` makes the reply go missing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.task_identity import TaskIdentity
+
+from bouquet.apps.client_app import app as client_app
+from bouquet.apps.config import all_keys
+
+
+def full_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every key with its default, then the overrides (what Flower hands an app)."""
+    cfg = {k: s.default for k, s in all_keys().items()}
+    cfg.update(overrides)
+    return cfg
+
+
+class LocalGrid(Grid):
+    """A Grid whose nodes are in-process ClientApp calls, with fault injection for tests."""
+
+    def __init__(self, num_nodes: int, run_config: Mapping[str, Any], client: Any = None) -> None:
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+        self.app = client or client_app
+        self.run_config = full_run_config(run_config)
+        self.contexts = {
+            1000 + i: Context(1, 1000 + i, {"partition-id": i, "num-partitions": num_nodes},
+                              RecordDict(), dict(self.run_config))
+            for i in range(num_nodes)
+        }
+        self.replies: dict[str, Message] = {}
+        self.corrupt: dict[int, Callable[[RecordDict], RecordDict]] = {}
+        self.fail: set[int] = set()
+        self.drop: set[int] = set()
+        self.offline: set[int] = set()
+        self.sent: list[Message] = []
+
+    def pid(self, node_id: int) -> int:
+        """Partition id of a node."""
+        return int(self.contexts[node_id].node_config["partition-id"])
+
+    # Grid API
+    def set_run(self, run: Any) -> None:  # pragma: no cover
+        pass
+
+    @property
+    def run(self) -> Any:  # pragma: no cover
+        return None
+
+    def create_message(self, *a: Any, **k: Any) -> Message:  # pragma: no cover
+        raise NotImplementedError
+
+    def get_node_ids(self) -> Iterable[int]:
+        """Online nodes (those not in ``offline``)."""
+        return [n for n in self.contexts if n not in self.offline]
+
+    def get_nodes(self) -> Iterable[Any]:  # pragma: no cover
+        return []
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Run the ClientApp on each message now; keep the reply for pull_messages."""
+        ids = []
+        for m in messages:
+            mid = uuid.uuid4().hex
+            m.metadata.__dict__["_message_id"] = mid
+            self.sent.append(m)
+            node = m.metadata.dst_node_id
+            pid = self.pid(node)
+            is_query = m.metadata.message_type.startswith("query")
+            if not is_query and pid in self.drop:
+                ids.append(mid)
+                continue
+            try:
+                if not is_query and pid in self.fail:
+                    raise RuntimeError("injected client failure")
+                reply = self.app(m, self.contexts[node])
+            except Exception as exc:  # what Flower turns into an error reply
+                reply = Message(Error(code=2, reason=repr(exc)), reply_to=m)
+            if not is_query and pid in self.corrupt and not reply.has_error():
+                reply = Message(self.corrupt[pid](reply.content), reply_to=m)
+            self.replies[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Replies that are ready, removed from the store."""
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None
+                         ) -> Iterable[Message]:
+        """Push then pull (everything is ready at once)."""
+        return self.pull_messages(self.push_messages(messages))

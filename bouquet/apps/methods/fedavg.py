@@ -1,0 +1,18 @@
+"""FedAvg, the baseline every other method is compared with."""
+
+from bouquet.apps.registry import Method
+
+METHODS = [
+    Method(
+        name="fedavg",
+        description="Federated averaging of full models (Flower's aggregation, bouquet contracts)",
+        strategy="bouquet.strategies.fedavg:build",
+        client="bouquet.clients.fedavg:FedAvgClient",
+        default_task="digits-mlp",
+        family="baseline",
+        extra="torch",
+        paper="McMahan et al., Communication-Efficient Learning of Deep Networks from "
+        "Decentralized Data, AISTATS 2017",
+        test_config={"local-steps": 2},
+    )
+]

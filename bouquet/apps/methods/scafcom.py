@@ -1,0 +1,5 @@
+"""Registration of the scafcom family (filled in by its issue)."""
+
+from bouquet.apps.registry import Method
+
+METHODS: list[Method] = []

@@ -1,0 +1,160 @@
+"""The results files of a run (DESIGN §4): config.yaml, metrics.jsonl, summary.json, plots/.
+
+Benchmarks and tests read these files; the key names are a contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from bouquet.strategies.checkpoint import atomic_write
+
+#: Keys every metrics.jsonl line has besides the task's and the method's metrics.
+ROUND_KEYS = ("round", "up_bytes", "down_bytes", "clients", "rejected", "errors", "missing",
+              "wall_s")
+#: Metrics where lower is better (for ``best`` in summary.json).
+LOWER_IS_BETTER = ("loss", "regret", "perplexity")
+
+
+def default_results_dir() -> Path:
+    """``$BOUQUET_RESULTS_DIR`` or ``~/bouquet-results`` (absolute: the SuperLink's cwd is not ours)."""
+    return Path(os.environ.get("BOUQUET_RESULTS_DIR", Path.home() / "bouquet-results")).resolve()
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of bouquet, flwr and torch, read from metadata (torch is never imported)."""
+    out = {}
+    for name, dist in (("bouquet", "flwr-bouquet"), ("flwr", "flwr"), ("torch", "torch")):
+        try:
+            out[name] = version(dist)
+        except PackageNotFoundError:
+            out[name] = ""
+    return out
+
+
+def lower_is_better(metric: str) -> bool:
+    """True for loss-like metrics."""
+    return any(word in metric for word in LOWER_IS_BETTER)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All lines of a run's metrics.jsonl."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class ResultsWriter:
+    """Writes one run's folder.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run's folder (created).
+    config_yaml : str
+        The resolved configuration.
+    headline : list[str]
+        Metric names that go into ``final``/``best`` (the task's evaluation metrics).
+    """
+
+    def __init__(self, run_dir: Path, config_yaml: str, meta: Mapping[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.meta = dict(meta)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(run_dir / "config.yaml", config_yaml.encode())
+        self.records: list[dict[str, Any]] = []
+        self.started = time.monotonic()
+        self.wall_before = 0.0
+
+    def resume(self, upto_round: int) -> None:
+        """Keep the lines of rounds <= ``upto_round`` (a resumed run continues after them)."""
+        self.records = [r for r in read_metrics(self.run_dir) if r["round"] <= upto_round]
+        self.wall_before = sum(float(r.get("wall_s", 0.0)) for r in self.records)
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        text = "".join(json.dumps(r) + "\n" for r in self.records)
+        atomic_write(self.run_dir / "metrics.jsonl", text.encode())
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Add one round's line (flushed to disk at once)."""
+        self.records.append(dict(record))
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def summary(self, headline: list[str], extras: Mapping[str, Mapping[str, Any]],
+                target_accuracy: float = 0.0) -> dict[str, Any]:
+        """Build the ``summary.json`` dict from the records so far."""
+        recs = self.records
+        final: dict[str, float] = {}
+        best: dict[str, float] = {}
+        for key in headline:
+            values = [r[key] for r in recs if isinstance(r.get(key), int | float)]
+            if values:
+                final[key] = values[-1]
+                best[key] = min(values) if lower_is_better(key) else max(values)
+        up = sum(int(r["up_bytes"]) for r in recs)
+        down = sum(int(r["down_bytes"]) for r in recs)
+        replies = sum(int(r["clients"]) + int(r["rejected"]) for r in recs)
+        sent = sum(int(r.get("sampled", r["clients"])) for r in recs)
+        eps = [r for r in recs if isinstance(r.get("epsilon"), int | float)]
+        privacy = ({"epsilon": eps[-1]["epsilon"], "delta": eps[-1].get("delta", 0.0)}
+                   if eps else None)
+        out: dict[str, Any] = {
+            **{k: self.meta[k] for k in ("method", "task", "seed")},
+            "rounds": len(recs),
+            "final": final,
+            "best": best,
+            "comm": {
+                "up_bytes_total": up,
+                "down_bytes_total": down,
+                "up_bytes_per_client_round": up / replies if replies else 0.0,
+                "down_bytes_per_client_round": down / sent if sent else 0.0,
+            },
+            "privacy": privacy,
+            "time": {"wall_s": round(sum(float(r.get("wall_s", 0.0)) for r in recs), 3)},
+            "failures": {k: sum(int(r[k]) for r in recs) for k in ("errors", "rejected", "missing")},
+            "versions": package_versions(),
+        }
+        if target_accuracy > 0:
+            out["target"] = to_target(recs, target_accuracy)
+        for section, values in extras.items():
+            if isinstance(out.get(section), dict):
+                out[section].update(values)
+            else:
+                out[section] = dict(values)
+        return out
+
+    def finish(self, headline: list[str], extras: Mapping[str, Mapping[str, Any]],
+               target_accuracy: float = 0.0) -> Path:
+        """Write summary.json and the plots; return the summary's path."""
+        summary = self.summary(headline, extras, target_accuracy)
+        path = self.run_dir / "summary.json"
+        atomic_write(path, json.dumps(summary, indent=2).encode())
+        try:
+            from bouquet.apps.plots import plot_run
+
+            plot_run(self.run_dir, self.records, headline)
+        except Exception as exc:  # plots are a convenience; never lose a run over them
+            print(f"[bouquet] plots skipped: {exc}", flush=True)
+        return path
+
+
+def to_target(records: list[dict[str, Any]], target: float, key: str = "accuracy") -> dict[str, Any]:
+    """Round, cumulative uplink bytes and wall time when ``key`` first reached ``target``."""
+    up, wall = 0, 0.0
+    for r in records:
+        up += int(r["up_bytes"])
+        wall += float(r.get("wall_s", 0.0))
+        if isinstance(r.get(key), int | float) and r[key] >= target:
+            return {"accuracy": target, "round": r["round"], "up_bytes": up,
+                    "wall_s": round(wall, 3), "sim_time_s": r.get("sim_time_cum_s")}
+    return {"accuracy": target, "round": None, "up_bytes": None, "wall_s": None,
+            "sim_time_s": None}

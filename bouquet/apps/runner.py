@@ -1,0 +1,155 @@
+"""The server-side run loop shared by the ServerApp and the in-process test grid.
+
+One call of :func:`execute` resolves the config, builds the strategy, runs the rounds (train,
+then evaluation), writes a metrics line and a checkpoint after every round, prints progress and
+finally writes ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from bouquet.apps.config import ConfigError, RunConfig, resolve
+from bouquet.apps.registry import get_task
+from bouquet.apps.results import ResultsWriter, default_results_dir
+from bouquet.strategies.base import INIT_ACTION, BouquetStrategy, StrategySetup, exchange
+from bouquet.strategies.checkpoint import load_checkpoint, save_checkpoint
+from bouquet.strategies.model import to_numpy, to_record
+
+CHECKPOINT_DIR = "checkpoint"
+
+
+def say(text: str) -> None:
+    """Progress line on the ServerApp's stdout (streamed by ``flwr run --stream``)."""
+    print(f"[bouquet] {text}", flush=True)
+
+
+def run_dir_for(cfg: RunConfig) -> Path:
+    """The folder of this run (``resume-from`` reuses the given folder)."""
+    if cfg.common.resume_from:
+        return Path(cfg.common.resume_from).expanduser().resolve()
+    base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
+        else default_results_dir()
+    name = cfg.common.run_name or (
+        f"{cfg.method.name}-{cfg.task_name}-s{cfg.common.seed}-"
+        f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    )
+    return base / name
+
+
+def load_server_task(cfg: RunConfig) -> Any | None:
+    """The task object if this server can import it (None without the task's packages)."""
+    try:
+        return get_task(cfg.task_name).load()
+    except ImportError as exc:
+        say(f"task {cfg.task_name!r} not importable on the server ({exc.name}); "
+            "initial model comes from a node and evaluation is federated")
+        return None
+
+
+def initial_arrays(cfg: RunConfig, task: Any | None, grid: Grid) -> ArrayRecord | None:
+    """The task's initial model: built here when possible, otherwise asked from a node."""
+    if task is not None:
+        if not hasattr(task, "initial_arrays"):
+            return None
+        return to_record(task.initial_arrays(cfg.common.seed))
+    deadline = time.monotonic() + cfg.common.sample_deadline
+    while time.monotonic() < deadline:
+        nodes = sorted(grid.get_node_ids())
+        if nodes:
+            msg = Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
+                          dst_node_id=nodes[0], message_type=MessageType.QUERY)
+            replies, _ = exchange(grid, {nodes[0]: msg}, timeout=cfg.common.round_timeout)
+            reply = replies.get(nodes[0])
+            if reply is not None and not reply.has_error() and "arrays" in reply.content:
+                return reply.content["arrays"]  # type: ignore[return-value]
+            return None
+        time.sleep(1.0)
+    raise RuntimeError("no node came online to provide the initial model")
+
+
+def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
+    """central, federated or none, from the ``evaluation`` key and what the server can do."""
+    mode = cfg.common.evaluation
+    can_central = task is not None and hasattr(task, "evaluate")
+    if mode == "central" and not can_central:
+        raise ConfigError(
+            "evaluation: 'central' needs the task's packages on the server (install the "
+            f"method's extra, flwr-bouquet[{cfg.method.extra}]) or use evaluation='federated'"
+        )
+    if mode == "auto":
+        if can_central:
+            return "central"
+        return "federated" if task is None else "none"
+    return mode
+
+
+def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrategy:
+    """Call the method's strategy factory."""
+    setup = StrategySetup(common=cfg.common, sections=cfg.sections, method=cfg.method.name,
+                          task=cfg.task_name, initial_arrays=arrays)
+    strategy = cfg.method.load_strategy_factory()(setup)
+    if not isinstance(strategy, BouquetStrategy):
+        raise TypeError(f"{cfg.method.strategy} did not return a BouquetStrategy")
+    return strategy
+
+
+def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
+    """Run a whole federated run on ``grid``; return the path of ``summary.json``."""
+    cfg = resolve(run_config)
+    run_dir = run_dir_for(cfg)
+    task = load_server_task(cfg)
+    mode = evaluation_mode(cfg, task)
+    meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
+    writer = ResultsWriter(run_dir, cfg.to_yaml(), meta)
+    strategy = build_strategy(cfg, initial_arrays(cfg, task, grid))
+
+    first = 1
+    if cfg.common.resume_from:
+        done, state, _ = load_checkpoint(run_dir / CHECKPOINT_DIR)
+        strategy.load_state_dict(state)
+        writer.resume(done)
+        first = done + 1
+        say(f"resuming {run_dir} after round {done}")
+
+    rounds = cfg.common.num_server_rounds
+    say(f"{cfg.method.name} on {cfg.task_name}: {rounds} rounds, evaluation {mode}, "
+        f"results in {run_dir}")
+    headline: list[str] = []
+    for rnd in range(first, rounds + 1):
+        t0 = time.monotonic()
+        rlog = strategy.train_round(grid, rnd)
+        eval_metrics: dict[str, float] = {}
+        if mode == "central":
+            arrays = strategy.global_arrays()
+            if arrays is not None:
+                eval_metrics = dict(task.evaluate(to_numpy(arrays)))  # type: ignore[union-attr]
+        elif mode == "federated":
+            elog = strategy.evaluate_round(grid, rnd)
+            eval_metrics = dict(elog.metrics)
+            rlog.up_bytes += elog.up_bytes
+            rlog.down_bytes += elog.down_bytes
+        headline = sorted(set(headline) | set(eval_metrics) | set(strategy.headline_metrics()))
+        record: dict[str, Any] = {
+            "round": rnd, **eval_metrics, **rlog.metrics,
+            "up_bytes": rlog.up_bytes, "down_bytes": rlog.down_bytes, "clients": rlog.clients,
+            "sampled": len(rlog.sampled), "rejected": rlog.rejected, "errors": rlog.errors,
+            "missing": rlog.missing, "failures": rlog.failures,
+            "wall_s": round(time.monotonic() - t0, 3),
+        }
+        writer.append(record)
+        save_checkpoint(run_dir / CHECKPOINT_DIR, rnd, strategy.state_dict())
+        shown = " ".join(f"{k}={record[k]:.4g}" for k in headline if k in record)
+        say(f"round {rnd}/{rounds} {shown} up={rlog.up_bytes}B down={rlog.down_bytes}B "
+            f"clients={rlog.clients} rejected={rlog.rejected} errors={rlog.errors} "
+            f"missing={rlog.missing} ({record['wall_s']:.1f}s)")
+    path = writer.finish(headline, strategy.summary_extras(), cfg.common.target_accuracy)
+    say(f"summary: {path}")
+    return path

@@ -1,0 +1,143 @@
+"""What a node-side method procedure receives, and the base class it extends.
+
+The ClientApp resolves the run configuration, loads the task once per process and calls the
+method's :class:`ClientProcedure` with a :class:`ClientEnv`. A procedure returns the reply
+*content* (a ``RecordDict``); the ClientApp wraps it in a reply message. Raising an exception
+makes Flower send an error reply, which the strategy counts.
+
+Per-client memory lives in ``context.state`` under ``"<method>.<name>"`` keys (see
+:class:`NodeState`): it persists across rounds for the life of the SuperNode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from bouquet.strategies.model import to_numpy
+from bouquet.schema import CommonConfig
+
+
+@dataclasses.dataclass
+class ClientEnv:
+    """Everything a client procedure needs besides the message.
+
+    Attributes
+    ----------
+    common : CommonConfig
+        Keys every run has.
+    sections : dict[str, Any]
+        The method's and task's configuration sections.
+    task : Any
+        The task object (loaded once per process).
+    partition_id, num_partitions : int
+        This node's share of the data.
+    """
+
+    common: CommonConfig
+    sections: dict[str, Any]
+    task: Any
+    partition_id: int
+    num_partitions: int
+
+    def section(self, prefix: str) -> Any:
+        """The configuration section called ``prefix``."""
+        return self.sections[prefix]
+
+    def local_data(self) -> Any:
+        """This node's partition (cached by the task)."""
+        return _local_data(self.task, self.partition_id, self.num_partitions, self.common)
+
+
+_DATA_CACHE: dict[tuple[Any, ...], Any] = {}
+
+
+def _local_data(task: Any, pid: int, n: int, common: CommonConfig) -> Any:
+    key = (task.name, pid, n, common.partition, common.seed, common.dirichlet_alpha,
+           common.classes_per_client)
+    if key not in _DATA_CACHE:
+        if len(_DATA_CACHE) > 256:
+            _DATA_CACHE.clear()
+        _DATA_CACHE[key] = task.partition(pid, n, common)
+    return _DATA_CACHE[key]
+
+
+class NodeState:
+    """Typed access to ``context.state`` entries named ``"<method>.<name>"``.
+
+    Parameters
+    ----------
+    context : Context
+        The node's context (its ``state`` persists across rounds).
+    namespace : str
+        Usually the method name.
+    """
+
+    def __init__(self, context: Context, namespace: str) -> None:
+        self.state = context.state
+        self.namespace = namespace
+
+    def _key(self, name: str) -> str:
+        return f"{self.namespace}.{name}"
+
+    def arrays(self, name: str) -> dict[str, np.ndarray] | None:
+        """The stored arrays called ``name``, or None if never stored."""
+        key = self._key(name)
+        if key not in self.state.array_records:
+            return None
+        rec = self.state.array_records[key]
+        return {k: rec[k].numpy() for k in rec.keys()}
+
+    def set_arrays(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
+        """Store arrays under ``name`` (replacing what was there)."""
+        self.state[self._key(name)] = ArrayRecord(
+            {k: Array(np.ascontiguousarray(a)) for k, a in arrays.items()}
+        )
+
+    def values(self, name: str) -> dict[str, Any]:
+        """Stored scalars called ``name`` (empty dict if never stored)."""
+        key = self._key(name)
+        if key not in self.state.config_records:
+            return {}
+        return dict(self.state.config_records[key])
+
+    def set_values(self, name: str, values: Mapping[str, Any]) -> None:
+        """Store scalars (int, float, str, bool, bytes) under ``name``."""
+        self.state[self._key(name)] = ConfigRecord(dict(values))
+
+
+class ClientProcedure:
+    """Base of node-side method procedures.
+
+    Subclasses implement :meth:`train`; :meth:`evaluate` defaults to evaluating the arrays in the
+    message on the node's held-out share (classification tasks), and :meth:`query` to answering
+    nothing.
+    """
+
+    def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
+        """Run the method's local procedure and return the reply content."""
+        raise NotImplementedError
+
+    def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
+        """Evaluate the received global model on this node's test share."""
+        model = env.task.model_from(to_numpy(msg.content["arrays"]))
+        local = env.local_data()
+        metrics = env.task.evaluate_model(model, local.x_test, local.y_test)
+        metrics["num-examples"] = int(local.y_test.shape[0])
+        return RecordDict({"metrics": MetricRecord(metrics)})
+
+    def query(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
+        """Answer a method-specific query action (``config['action']``)."""
+        action = msg.content["config"].get("action", "")
+        raise ValueError(f"{type(self).__name__} does not answer query action {action!r}")
+
+
+def message_config(msg: Message) -> ConfigRecord:
+    """The ``config`` record of an instruction (empty if absent)."""
+    if "config" in msg.content and isinstance(msg.content["config"], ConfigRecord):
+        return msg.content["config"]
+    return ConfigRecord()

@@ -1,0 +1,1 @@
+"""Compressors, error feedback and wire packing (numpy only; servers and clients share them)."""

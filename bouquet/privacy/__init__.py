@@ -1,0 +1,1 @@
+"""Privacy: accountants that persist (clients), the tree mechanism and shuffle protocols."""

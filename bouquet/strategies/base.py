@@ -1,0 +1,412 @@
+"""The strategy base every bouquet method builds on.
+
+:class:`BouquetStrategy` is a Flower :class:`~flwr.serverapp.strategy.Strategy` that adds what the
+project's contracts (DESIGN §4) need and Flower leaves to each strategy:
+
+* node discovery by ``partition-id`` (a one-off ``query`` per new node), and seeded sampling with
+  a deadline instead of an endless wait;
+* one message per node (per-node content is normal), a finite timeout per phase;
+* every reply accounted for: error replies are mapped back to their node through
+  ``reply_to_message_id`` (the SuperLink signs "node unavailable" errors with its own id), replies
+  missing at the timeout are counted, and each reply is validated by the method before it can touch
+  the global state;
+* measured uplink/downlink bytes per round;
+* ``state_dict``/``load_state_dict`` for checkpoints.
+
+A method implements :meth:`configure_round`, :meth:`validate_reply`, :meth:`aggregate_round` and,
+when it has server state beyond what the base keeps, :meth:`state_dict`/:meth:`load_state_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from bouquet.schema import CommonConfig
+from bouquet.strategies.accounting import content_bytes
+from bouquet.strategies.validation import InvalidReply
+
+log = logging.getLogger("bouquet")
+
+#: ``query`` action every ClientApp answers with its partition id and data size.
+HELLO_ACTION = "bouquet.hello"
+#: ``query`` action asking a node for the task's initial model (servers without torch).
+INIT_ACTION = "bouquet.initial-arrays"
+
+
+class NotEnoughNodes(RuntimeError):
+    """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``."""
+
+
+@dataclasses.dataclass
+class StrategySetup:
+    """What a strategy factory receives.
+
+    Attributes
+    ----------
+    common : CommonConfig
+        Keys every run has.
+    sections : dict[str, Any]
+        The method's (and task's) configuration sections by prefix.
+    method : str
+        Method name (sent to nodes so the ClientApp can dispatch).
+    task : str
+        Task name.
+    initial_arrays : ArrayRecord or None
+        The task's initial model, when the method has one.
+    """
+
+    common: CommonConfig
+    sections: dict[str, Any]
+    method: str
+    task: str
+    initial_arrays: ArrayRecord | None = None
+
+
+@dataclasses.dataclass
+class NodeReply:
+    """A validated reply: who sent it, what it holds, and what the exchange cost."""
+
+    node_id: int
+    partition_id: int
+    content: RecordDict
+    up_bytes: int
+    down_bytes: int
+
+
+@dataclasses.dataclass
+class RoundLog:
+    """What happened in one phase of one round (the fields of ``metrics.jsonl``)."""
+
+    round: int
+    clients: int = 0
+    rejected: int = 0
+    errors: int = 0
+    missing: int = 0
+    up_bytes: int = 0
+    down_bytes: int = 0
+    sampled: list[int] = dataclasses.field(default_factory=list)
+    failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def fail(self, kind: str, node_id: int, partition_id: int, reason: str) -> None:
+        """Record one failed reply (kind: rejected, error or missing)."""
+        setattr(self, kind, getattr(self, kind) + 1)
+        self.failures.append(
+            {"kind": kind, "node_id": node_id, "partition_id": partition_id, "reason": reason[:300]}
+        )
+        log.warning("round %d: %s reply from node %d (partition %d): %s",
+                    self.round, kind, node_id, partition_id, reason[:300])
+
+
+class BouquetStrategy(Strategy):
+    """Base class of every bouquet strategy (see the module docstring).
+
+    Parameters
+    ----------
+    setup : StrategySetup
+        Resolved configuration and initial model.
+    """
+
+    #: Record names a reply may hold; anything else is rejected.
+    reply_records: tuple[str, ...] = ("arrays", "metrics")
+
+    def __init__(self, setup: StrategySetup) -> None:
+        self.setup = setup
+        self.common = setup.common
+        self.method = setup.method
+        #: node_id -> partition-id, learnt with a hello query.
+        self.partitions: dict[int, int] = {}
+        #: partition-id -> number of local training examples reported at hello.
+        self.sizes: dict[int, int] = {}
+        self.round_offset = 0
+
+    # ------------------------------------------------------------------ method hooks
+    def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
+        """Return the content to send to each sampled partition this round."""
+        raise NotImplementedError
+
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
+        """Raise :class:`InvalidReply` if the reply breaks the protocol."""
+        raise NotImplementedError
+
+    def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
+        """Fold validated replies into the global state; return metrics for the round."""
+        raise NotImplementedError
+
+    def global_arrays(self) -> ArrayRecord | None:
+        """The current global model for evaluation (None when the method has none)."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Server state for checkpoints: numpy arrays and JSON scalars, nested dicts allowed."""
+        return {"partitions": {str(k): v for k, v in self.partitions.items()},
+                "sizes": {str(k): v for k, v in self.sizes.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.partitions = {int(k): int(v) for k, v in state.get("partitions", {}).items()}
+        self.sizes = {int(k): int(v) for k, v in state.get("sizes", {}).items()}
+
+    def headline_metrics(self) -> tuple[str, ...]:
+        """Train-phase metric names that belong in ``final``/``best`` (``("regret",)``)."""
+        return ()
+
+    def summary_extras(self) -> dict[str, dict[str, Any]]:
+        """Extra entries merged into ``summary.json`` sections (``{"time": {...}}``)."""
+        return {}
+
+    def sample_size(self, rnd: int, available: int) -> int:
+        """How many partitions to train this round (``fraction-train`` of those online)."""
+        n = int(np.ceil(self.common.fraction_train * available))
+        return max(min(n, available), min(self.common.min_train_nodes, available))
+
+    def choose_partitions(self, rnd: int, available: list[int]) -> list[int]:
+        """Seeded uniform sampling of partitions; methods with smarter selection override."""
+        k = self.sample_size(rnd, len(available))
+        rng = np.random.default_rng([self.common.seed, rnd, 7])
+        picked = rng.choice(len(available), size=k, replace=False)
+        return sorted(available[i] for i in picked)
+
+    def base_config(self, rnd: int) -> ConfigRecord:
+        """A fresh ConfigRecord with the method name and round (never shared between nodes)."""
+        return ConfigRecord({"method": self.method, "server-round": rnd})
+
+    # ------------------------------------------------------------------ node discovery
+    def discover(self, grid: Grid) -> dict[int, int]:
+        """Return ``{partition_id: node_id}`` of online nodes, waiting up to the deadline.
+
+        New nodes are asked once for their ``partition-id`` (a ``query`` message).
+        """
+        deadline = time.monotonic() + self.common.sample_deadline
+        waited = False
+        while True:
+            online = sorted(grid.get_node_ids())
+            new = [n for n in online if n not in self.partitions]
+            if new:
+                self._hello(grid, new)
+            by_pid: dict[int, int] = {}
+            for n in online:
+                if n in self.partitions:
+                    by_pid[self.partitions[n]] = n
+            if len(by_pid) >= self.common.min_train_nodes:
+                return by_pid
+            if time.monotonic() >= deadline:
+                raise NotEnoughNodes(
+                    f"only {len(by_pid)} node(s) online after waiting "
+                    f"{self.common.sample_deadline:g}s; min-train-nodes is "
+                    f"{self.common.min_train_nodes}"
+                )
+            if not waited:
+                log.info("waiting for %d node(s) (have %d)", self.common.min_train_nodes,
+                         len(by_pid))
+                waited = True
+            time.sleep(1.0)
+
+    def _hello(self, grid: Grid, node_ids: list[int]) -> None:
+        msgs = {
+            n: Message(
+                RecordDict({"config": ConfigRecord({"action": HELLO_ACTION,
+                                                    "method": self.method})}),
+                dst_node_id=n,
+                message_type=MessageType.QUERY,
+            )
+            for n in node_ids
+        }
+        replies, _ = exchange(grid, msgs, timeout=self.common.round_timeout)
+        for n, reply in replies.items():
+            if reply.has_error() or "info" not in reply.content:
+                continue
+            info = reply.content["info"]
+            try:
+                pid = int(info["partition-id"])  # type: ignore[arg-type]
+                self.partitions[n] = pid
+                self.sizes[pid] = int(info.get("num-examples", 0))  # type: ignore[arg-type]
+            except (KeyError, TypeError, ValueError):
+                log.warning("node %d answered hello without a partition-id", n)
+
+    # ------------------------------------------------------------------ one round
+    def train_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Sample, send, collect, validate and aggregate one training round."""
+        by_pid = self.discover(grid)
+        chosen = self.choose_partitions(rnd, sorted(by_pid))
+        contents = self.configure_round(rnd, chosen)
+        return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN)
+
+    def run_phase(
+        self,
+        grid: Grid,
+        rnd: int,
+        contents: Mapping[int, RecordDict],
+        by_pid: Mapping[int, int],
+        message_type: str,
+        *,
+        aggregate: bool = True,
+    ) -> RoundLog:
+        """Send ``contents`` (by partition) and collect, validate and (optionally) aggregate."""
+        rlog = RoundLog(round=rnd, sampled=sorted(contents))
+        node_of = {pid: by_pid[pid] for pid in contents}
+        down = {pid: content_bytes(c) for pid, c in contents.items()}
+        msgs = {
+            node_of[pid]: Message(c, dst_node_id=node_of[pid], message_type=message_type,
+                                  group_id=str(rnd))
+            for pid, c in contents.items()
+        }
+        replies, missing = exchange(grid, msgs, timeout=self.common.round_timeout)
+        pid_of = {n: pid for pid, n in node_of.items()}
+        good: list[NodeReply] = []
+        for node in missing:
+            rlog.fail("missing", node, pid_of[node], "no reply before the round timeout")
+        for node, reply in replies.items():
+            pid = pid_of[node]
+            if reply.has_error():
+                rlog.fail("errors", node, pid, f"code {reply.error.code}: {reply.error.reason}")
+                continue
+            content = reply.content
+            up = content_bytes(content)
+            try:
+                extra = sorted(set(content.keys()) - set(self.reply_records))
+                if extra:
+                    raise InvalidReply(f"unexpected records {extra}")
+                if aggregate:
+                    self.validate_reply(rnd, pid, content)
+            except InvalidReply as exc:
+                rlog.fail("rejected", node, pid, str(exc))
+                rlog.up_bytes += up
+                continue
+            good.append(NodeReply(node, pid, content, up, down[pid]))
+            rlog.up_bytes += up
+        rlog.down_bytes = sum(down.values())
+        rlog.clients = len(good)
+        if aggregate:
+            if good:
+                rlog.metrics = dict(self.aggregate_round(rnd, sorted(good, key=lambda r: r.partition_id)))
+            else:
+                log.warning("round %d: no usable reply; the global state is kept", rnd)
+        else:
+            rlog.metrics = weighted_metrics(good)
+        return rlog
+
+    # ------------------------------------------------------------------ federated evaluation
+    def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Ask every online node to evaluate :meth:`global_arrays`; weighted-average metrics."""
+        arrays = self.global_arrays()
+        by_pid = self.discover(grid)
+        contents = {}
+        for pid in sorted(by_pid):
+            cfg = self.base_config(rnd)
+            content = RecordDict({"config": cfg})
+            if arrays is not None:
+                content["arrays"] = arrays
+            contents[pid] = content
+        return self.run_phase(grid, rnd, contents, by_pid, MessageType.EVALUATE, aggregate=False)
+
+    # ------------------------------------------------------------------ Flower Strategy API
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Flower API: messages for a round (node ids learnt with :meth:`discover`)."""
+        by_pid = self.discover(grid)
+        chosen = self.choose_partitions(server_round, sorted(by_pid))
+        return [
+            Message(c, dst_node_id=by_pid[pid], message_type=MessageType.TRAIN)
+            for pid, c in self.configure_round(server_round, chosen).items()
+        ]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Flower API: validate and aggregate replies (errors and bad replies are dropped)."""
+        good = []
+        for r in replies:
+            pid = self.partitions.get(r.metadata.src_node_id, -1)
+            if r.has_error():
+                continue
+            try:
+                self.validate_reply(server_round, pid, r.content)
+            except InvalidReply as exc:
+                log.warning("dropping reply from partition %d: %s", pid, exc)
+                continue
+            good.append(NodeReply(r.metadata.src_node_id, pid, r.content, 0, 0))
+        metrics = self.aggregate_round(server_round, good) if good else {}
+        return self.global_arrays(), MetricRecord(dict(metrics)) if metrics else None
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Flower API: evaluation runs through :meth:`evaluate_round` instead."""
+        return []
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Flower API: see :meth:`configure_evaluate`."""
+        return None
+
+    def summary(self) -> None:
+        """Flower API: log the strategy's name and key settings."""
+        log.info("%s (method %s, task %s)", type(self).__name__, self.method, self.setup.task)
+
+
+# ---------------------------------------------------------------------- helpers
+def exchange(
+    grid: Grid, msgs: Mapping[int, Message], *, timeout: float, poll: float = 0.1
+) -> tuple[dict[int, Message], list[int]]:
+    """Push one message per node and pull replies until all arrive or ``timeout`` passes.
+
+    Returns
+    -------
+    replies : dict[int, Message]
+        Reply (or error reply) by destination node id, mapped through ``reply_to_message_id``.
+    missing : list[int]
+        Nodes whose reply did not arrive in time.
+    """
+    if not msgs:
+        return {}, []
+    order = list(msgs.items())
+    ids = list(grid.push_messages([m for _, m in order]))
+    node_of: dict[str, int] = {}
+    for node, m in order:
+        mid = m.metadata.message_id
+        if mid:
+            node_of[mid] = node
+    if not node_of and len(ids) == len(order):  # grids that do not stamp the instruction
+        node_of = {mid: node for mid, (node, _) in zip(ids, order, strict=True)}
+    pending = set(node_of)
+    replies: dict[int, Message] = {}
+    end = time.monotonic() + timeout
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            mid = reply.metadata.reply_to_message_id
+            if mid in pending:
+                replies[node_of[mid]] = reply
+                pending.discard(mid)
+        if not pending or time.monotonic() >= end:
+            break
+        time.sleep(poll)
+    missing = [node_of[m] for m in pending] + [n for n, _ in order if n not in node_of.values()]
+    return replies, sorted(set(missing))
+
+
+def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[str, float]:
+    """Average every scalar metric of the replies weighted by ``num-examples``."""
+    totals: dict[str, float] = {}
+    weight_sum = 0.0
+    for r in replies:
+        rec = r.content.get(record) if record in r.content else None
+        if not isinstance(rec, MetricRecord):
+            continue
+        w = float(rec.get("num-examples", 1))  # type: ignore[arg-type]
+        weight_sum += w
+        for k, v in rec.items():
+            if k != "num-examples" and isinstance(v, int | float) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0.0) + w * float(v)
+    return {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}

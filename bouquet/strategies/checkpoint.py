@@ -1,0 +1,112 @@
+"""Checkpoints of server state: nested dicts of numpy arrays and JSON scalars, written atomically.
+
+Layout of a checkpoint folder::
+
+    state.npz     every array of the state, keyed by its path in the nested dict
+    meta.json     the JSON skeleton (arrays replaced by references), the round, and the
+                  SHA-256 of state.npz; written last, so a checkpoint without it is incomplete
+
+Loading verifies the checksum and every reference: a corrupt or truncated file raises
+:class:`CheckpointError` naming the file; nothing is ever half-loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STATE_FILE = "state.npz"
+META_FILE = "meta.json"
+_REF = "__array__"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, truncated or corrupt."""
+
+
+def _split(tree: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(tree, np.ndarray):
+        arrays[path] = tree
+        return {_REF: path}
+    if isinstance(tree, Mapping):
+        return {str(k): _split(v, f"{path}/{k}", arrays) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [_split(v, f"{path}/{i}", arrays) for i, v in enumerate(tree)]
+    if isinstance(tree, np.generic):
+        return tree.item()
+    if tree is None or isinstance(tree, bool | int | float | str):
+        return tree
+    raise TypeError(f"cannot checkpoint {type(tree).__name__} at {path or '/'}")
+
+
+def _join(tree: Any, arrays: Mapping[str, np.ndarray], source: Path) -> Any:
+    if isinstance(tree, dict):
+        if set(tree) == {_REF}:
+            ref = tree[_REF]
+            if ref not in arrays:
+                raise CheckpointError(f"{source}: array {ref!r} is missing")
+            return arrays[ref]
+        return {k: _join(v, arrays, source) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_join(v, arrays, source) for v in tree]
+    return tree
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
+                    extra: Mapping[str, Any] | None = None) -> None:
+    """Write ``state`` (after round ``round_``) into ``folder``."""
+    arrays: dict[str, np.ndarray] = {}
+    skeleton = _split(dict(state), "", arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **{k.lstrip("/").replace("/", "|"): v for k, v in arrays.items()})
+    blob = buf.getvalue()
+    meta = {"round": round_, "sha256": hashlib.sha256(blob).hexdigest(), "state": skeleton,
+            "extra": dict(extra or {})}
+    atomic_write(folder / STATE_FILE, blob)
+    atomic_write(folder / META_FILE, json.dumps(meta).encode())
+
+
+def load_checkpoint(folder: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """Return ``(round, state, extra)`` from ``folder`` or raise :class:`CheckpointError`."""
+    meta_path, state_path = folder / META_FILE, folder / STATE_FILE
+    for p in (meta_path, state_path):
+        if not p.is_file():
+            raise CheckpointError(f"{p}: checkpoint file is missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+        round_, digest, skeleton = int(meta["round"]), meta["sha256"], meta["state"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{meta_path}: unreadable checkpoint metadata ({exc})") from exc
+    blob = state_path.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != digest:
+        raise CheckpointError(f"{state_path}: checksum mismatch (truncated or corrupt)")
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+            arrays = {"/" + k.replace("|", "/"): z[k] for k in z.files}
+    except Exception as exc:
+        raise CheckpointError(f"{state_path}: cannot read arrays ({exc})") from exc
+    return round_, _join(skeleton, arrays, state_path), dict(meta.get("extra", {}))

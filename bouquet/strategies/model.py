@@ -1,0 +1,64 @@
+"""A strategy base for methods whose server holds a global model as named numpy arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, RecordDict
+
+from bouquet.strategies import validation as v
+from bouquet.strategies.base import BouquetStrategy, StrategySetup
+
+
+def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """Decode an ArrayRecord into an ordered ``{name: ndarray}`` mapping."""
+    return {k: record[k].numpy() for k in record.keys()}
+
+
+def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """Encode ``{name: ndarray}`` as an ArrayRecord (order kept)."""
+    return ArrayRecord({k: Array(np.ascontiguousarray(a)) for k, a in arrays.items()})
+
+
+class ModelStrategy(BouquetStrategy):
+    """Keeps ``self.weights`` (the global model) and checks replies against its shapes.
+
+    Parameters
+    ----------
+    setup : StrategySetup
+        Must carry ``initial_arrays``.
+    """
+
+    def __init__(self, setup: StrategySetup) -> None:
+        super().__init__(setup)
+        if setup.initial_arrays is None:
+            raise ValueError(f"{type(self).__name__} needs the task's initial model")
+        self.weights: dict[str, np.ndarray] = to_numpy(setup.initial_arrays)
+
+    def spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """Expected name -> (shape, dtype) of a full model."""
+        return {k: (a.shape, a.dtype) for k, a in self.weights.items()}
+
+    def global_arrays(self) -> ArrayRecord:
+        """The global model as an ArrayRecord."""
+        return to_record(self.weights)
+
+    def model_message(self, rnd: int) -> RecordDict:
+        """The usual downlink: global arrays plus a fresh config."""
+        return RecordDict({"arrays": self.global_arrays(), "config": self.base_config(rnd)})
+
+    def validate_model_reply(self, content: RecordDict) -> tuple[dict[str, np.ndarray], int]:
+        """Check a full-model reply; return its arrays and its ``num-examples`` weight."""
+        arrays = v.arrays(content, "arrays", self.spec())
+        return arrays, v.num_examples(content)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Base state plus the global model."""
+        return {**super().state_dict(), "weights": dict(self.weights)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore base state and the global model."""
+        super().load_state_dict(state)
+        self.weights = {k: np.asarray(a) for k, a in state["weights"].items()}

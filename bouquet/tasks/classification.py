@@ -1,0 +1,192 @@
+"""Shared machinery for supervised classification tasks (torch).
+
+A concrete task provides :meth:`ClassificationTask.load_arrays` (numpy features and labels) and
+:meth:`ClassificationTask.build_model`. Everything else (partitions, batches, the local SGD loop,
+evaluation, converting between a model and named numpy arrays) is here, once. Data are loaded once
+per process and kept: a simulation actor serves many clients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
+
+import numpy as np
+import torch
+from torch import nn
+
+from bouquet.schema import CommonConfig
+from bouquet.tasks.partition import partition_rows
+
+torch.set_num_threads(max(1, int(os.environ.get("BOUQUET_TORCH_THREADS", "1"))))
+
+
+@dataclasses.dataclass
+class LocalData:
+    """One node's share: training rows and a held-out evaluation share."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+    @property
+    def num_train(self) -> int:
+        """Number of local training examples."""
+        return int(self.y_train.shape[0])
+
+
+@dataclasses.dataclass
+class Arrays:
+    """Numpy features and labels of a whole dataset, plus an optional natural group per row."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    groups: np.ndarray | None = None
+
+
+class ClassificationTask:
+    """Base of classification tasks; metrics are ``accuracy`` and ``loss``."""
+
+    name = "classification"
+    kind = "classification"
+    num_classes = 10
+
+    # --------------------------------------------------------------- to implement
+    def load_arrays(self) -> Arrays:
+        """Return the whole dataset as numpy arrays (called once per process)."""
+        raise NotImplementedError
+
+    def build_model(self) -> nn.Module:
+        """Return a freshly initialised model."""
+        raise NotImplementedError
+
+    # --------------------------------------------------------------- data
+    @cached_property
+    def data(self) -> Arrays:
+        """The dataset, loaded on first use and kept for the life of the process."""
+        return self.load_arrays()
+
+    def partition(self, partition_id: int, num_partitions: int, common: CommonConfig) -> LocalData:
+        """Rows of ``partition_id``: training rows by the configured scheme, test rows IID."""
+        d = self.data
+        rows = partition_rows(
+            d.y_train, scheme=common.partition, num_partitions=num_partitions,
+            partition_id=partition_id, seed=common.seed, alpha=common.dirichlet_alpha,
+            classes_per_client=common.classes_per_client, groups=d.groups,
+        )
+        test_rows = np.arange(partition_id, len(d.y_test), num_partitions)
+        return LocalData(
+            torch.from_numpy(d.x_train[rows]), torch.from_numpy(d.y_train[rows]),
+            torch.from_numpy(d.x_test[test_rows]), torch.from_numpy(d.y_test[test_rows]),
+        )
+
+    def num_examples(self, partition_id: int, num_partitions: int, common: CommonConfig) -> int:
+        """Size of a partition's training share."""
+        return self.partition(partition_id, num_partitions, common).num_train
+
+    # --------------------------------------------------------------- model <-> arrays
+    def initial_arrays(self, seed: int) -> dict[str, np.ndarray]:
+        """The initial global model, identical for a given seed."""
+        torch.manual_seed(seed)
+        return get_arrays(self.build_model())
+
+    def model_from(self, arrays: Mapping[str, np.ndarray]) -> nn.Module:
+        """A model holding ``arrays``."""
+        model = self.build_model()
+        set_arrays(model, arrays)
+        return model
+
+    # --------------------------------------------------------------- training
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of a batch."""
+        return nn.functional.cross_entropy(model(x), y)
+
+    def batches(
+        self, local: LocalData, batch_size: int, generator: torch.Generator
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Endless stream of shuffled mini-batches (reshuffled every epoch)."""
+        n = local.num_train
+        while True:
+            perm = torch.randperm(n, generator=generator)
+            for i in range(0, n, batch_size):
+                idx = perm[i : i + batch_size]
+                yield local.x_train[idx], local.y_train[idx]
+
+    def num_steps(self, common: CommonConfig, num_train: int) -> int:
+        """Local steps per round: ``local-steps`` or ``local-epochs`` worth of batches."""
+        if common.local_steps > 0:
+            return common.local_steps
+        return max(1, common.local_epochs * int(np.ceil(num_train / common.batch_size)))
+
+    def train(
+        self,
+        model: nn.Module,
+        local: LocalData,
+        common: CommonConfig,
+        generator: torch.Generator,
+        *,
+        steps: int | None = None,
+        lr: float | None = None,
+        correct_grad: Callable[[nn.Module], None] | None = None,
+    ) -> dict[str, float]:
+        """Plain local SGD; ``correct_grad(model)`` may edit gradients before each step.
+
+        Returns the mean training loss and the number of steps taken.
+        """
+        steps = self.num_steps(common, local.num_train) if steps is None else steps
+        opt = torch.optim.SGD(model.parameters(), lr=common.lr if lr is None else lr)
+        model.train()
+        total = 0.0
+        stream = self.batches(local, common.batch_size, generator)
+        for _ in range(steps):
+            x, y = next(stream)
+            opt.zero_grad(set_to_none=True)
+            loss = self.loss(model, x, y)
+            loss.backward()
+            if correct_grad is not None:
+                correct_grad(model)
+            opt.step()
+            total += float(loss.detach())
+        return {"train_loss": total / max(steps, 1), "steps": float(steps)}
+
+    # --------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate_model(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+        """Accuracy and mean loss of ``model`` on ``(x, y)``."""
+        model.eval()
+        correct, loss_sum = 0, 0.0
+        for i in range(0, len(y), 1024):
+            logits = model(x[i : i + 1024])
+            loss_sum += float(nn.functional.cross_entropy(logits, y[i : i + 1024], reduction="sum"))
+            correct += int((logits.argmax(1) == y[i : i + 1024]).sum())
+        n = max(len(y), 1)
+        return {"accuracy": correct / n, "loss": loss_sum / n}
+
+    def evaluate(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """Central evaluation of a global model on the whole test set."""
+        d = self.data
+        return self.evaluate_model(
+            self.model_from(arrays), torch.from_numpy(d.x_test), torch.from_numpy(d.y_test)
+        )
+
+
+def get_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    """Named numpy copies of every tensor in ``model.state_dict()`` (order kept)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def set_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """Load named numpy arrays into ``model`` (strict: names and shapes must match)."""
+    model.load_state_dict({k: torch.from_numpy(np.asarray(a).copy()) for k, a in arrays.items()},
+                          strict=True)
+
+
+def generator(*seed_parts: int) -> torch.Generator:
+    """A torch generator seeded from several integers (run seed, round, partition...)."""
+    ss = np.random.SeedSequence(list(seed_parts))
+    return torch.Generator().manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> 1))
