@@ -57,6 +57,10 @@ class Method:
         Citation for docs.
     test_config : Mapping[str, Any]
         Run-config overrides that make the conformance suite fast (few steps, small rank...).
+    bad_replies : str
+        Optional ``"module:callable"``; the callable takes a valid reply ``RecordDict`` and returns
+        ``[(label, RecordDict), ...]`` of method-specific malformed replies (an index out of range,
+        a matrix that is not symmetric...) that the strategy must reject.
     """
 
     name: str
@@ -70,6 +74,7 @@ class Method:
     extra: str = ""
     paper: str = ""
     test_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    bad_replies: str = ""
 
     def load_strategy_factory(self) -> Any:
         """Import and return the strategy factory."""
