@@ -1,0 +1,204 @@
+"""The ``bouquet`` command line: list, run, deploy-local, report, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bouquet.apps.config import ConfigError, all_keys, resolve
+from bouquet.apps.registry import methods, tasks
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """``["lr=0.1", "partition=dirichlet"]`` -> typed overrides (checked against the schema)."""
+    specs = all_keys()
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        name = name.strip()
+        if name not in specs:
+            resolve({name: value})  # raises the helpful unknown-key error
+        try:
+            out[name] = specs[name].check(value.strip().strip("'\""))
+        except ValueError as exc:
+            raise ConfigError(f"bad value for {name!r}: {exc}; allowed: "
+                              f"{specs[name].allowed()}") from exc
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print methods and tasks (and keys with --keys)."""
+    print("Methods:")
+    for m in sorted(methods().values(), key=lambda m: (m.family, m.name)):
+        print(f"  {m.name:<26} {m.description}  [task: {m.default_task}]")
+    print("\nTasks:")
+    for t in sorted(tasks().values(), key=lambda t: t.name):
+        print(f"  {t.name:<26} {t.description}")
+    if args.keys:
+        print("\nConfig keys (key = default: help; allowed):")
+        for name, spec in all_keys().items():
+            print(f"  {name} = {spec.default!r}: {spec.help}; {spec.allowed()}")
+    return 0
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = parse_sets(args.set or [])
+    if getattr(args, "method", None):
+        cfg["method"] = args.method
+    if args.rounds is not None:
+        cfg["num-server-rounds"] = args.rounds
+    if args.results_dir:
+        cfg["results-dir"] = str(Path(args.results_dir).resolve())
+    if getattr(args, "resume", None):
+        cfg["resume-from"] = str(Path(args.resume).resolve())
+    resolve(cfg)  # fail before starting anything
+    return cfg
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run one method in simulation (``flwr run``) or on the in-process grid."""
+    cfg = _overrides(args)
+    if args.resume and "method" not in (args.set or []) and not args.method_given:
+        saved = Path(args.resume) / "config.yaml"
+        if saved.is_file():
+            from omegaconf import OmegaConf
+
+            cfg["method"] = OmegaConf.load(saved)["method"]
+    if args.engine == "inprocess":
+        from bouquet.apps.local_grid import LocalGrid
+        from bouquet.apps.runner import execute
+
+        grid = LocalGrid(args.clients, cfg)
+        summary = execute(grid, grid.run_config)
+    else:
+        from bouquet.apps.simulation import run_simulation
+
+        summary = run_simulation(cfg, args.clients)
+    print(f"summary: {summary}")
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    """Run through a real SuperLink and SuperNodes on loopback."""
+    from bouquet.apps.deploy import deploy_local
+
+    cfg = _overrides(args)
+    summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep)
+    print(f"summary: {summary}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Comparison table and plots from several runs' summary.json."""
+    from bouquet.apps.bench import DEFAULT_COLUMNS, table
+    from bouquet.apps.plots import plot_curves
+    from bouquet.apps.results import read_metrics
+
+    summaries: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for d in args.dirs:
+        for path in sorted(Path(d).glob("**/summary.json")):
+            name = str(path.parent.relative_to(Path(d))) if path.parent != Path(d) \
+                else path.parent.name
+            summaries[name] = json.loads(path.read_text())
+            runs[name] = read_metrics(path.parent)
+    if not summaries:
+        print("no summary.json found under " + ", ".join(args.dirs), file=sys.stderr)
+        return 1
+    columns = args.columns.split(",") if args.columns else DEFAULT_COLUMNS
+    text = table(summaries, columns)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "table.md").write_text(text + "\n")
+        metrics = sorted({k for s in summaries.values() for k in s.get("final", {})})
+        for p in plot_curves(runs, metrics, out / "plots"):
+            print(f"plot: {p}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run a benchmark suite from benchmarks/."""
+    from bouquet.apps.bench import run_suite
+
+    path = run_suite(args.suite, Path(args.out), quick=args.quick, engine=args.engine,
+                     only=args.only or ())
+    print(f"table: {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also used to generate docs)."""
+    p = argparse.ArgumentParser(prog="bouquet", description="Federated methods for Flower.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="methods and tasks with one-line descriptions")
+    s.add_argument("--keys", action="store_true", help="also list every config key")
+    s.set_defaults(func=cmd_list)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--rounds", type=int, help="num-server-rounds")
+        sp.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="any config key (repeatable), e.g. --set lr=0.05")
+        sp.add_argument("--results-dir", help="where the run folder goes")
+
+    s = sub.add_parser("run", help="run a method in Flower's simulation engine")
+    s.add_argument("method", nargs="?", help="method name (bouquet list)")
+    s.add_argument("--clients", type=int, default=10, help="simulated nodes (default 10)")
+    s.add_argument("--engine", choices=("simulation", "inprocess"), default="simulation",
+                   help="simulation: flwr run (Ray); inprocess: the same apps without Ray")
+    s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    common(s)
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("deploy-local", help="run through a real SuperLink + SuperNodes (TLS)")
+    s.add_argument("method", nargs="?", help="method name")
+    s.add_argument("--nodes", type=int, default=2)
+    s.add_argument("--insecure", action="store_true",
+                   help="no TLS, no node authentication (debugging only)")
+    s.add_argument("--keep", action="store_true", help="keep the fleet folder (logs)")
+    common(s)
+    s.set_defaults(func=cmd_deploy)
+
+    s = sub.add_parser("report", help="table and plots from runs' summary.json")
+    s.add_argument("dirs", nargs="+", help="run folders or folders that contain them")
+    s.add_argument("--columns", help="comma-separated summary keys, e.g. final.accuracy")
+    s.add_argument("--out", help="write table.md and plots/ here")
+    s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("bench", help="run a benchmark suite from benchmarks/")
+    s.add_argument("suite")
+    s.add_argument("--quick", action="store_true", help="the minutes-long variant")
+    s.add_argument("--out", required=True, help="output folder")
+    s.add_argument("--engine", choices=("inprocess", "simulation"), default="inprocess")
+    s.add_argument("--only", action="append", help="run only configurations whose name "
+                   "contains this (repeatable)")
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bouquet`` command."""
+    args = build_parser().parse_args(argv)
+    args.method_given = bool(getattr(args, "method", None))
+    if args.command in ("run", "deploy-local") and not args.method and not getattr(args, "resume", None):
+        args.method = "fedavg"
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"bouquet: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("bouquet: interrupted; every process started was stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

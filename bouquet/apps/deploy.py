@@ -1,0 +1,296 @@
+"""``bouquet deploy-local``: a real SuperLink and SuperNodes on loopback, then one run through them.
+
+What it does, in order:
+
+1. makes a throwaway certificate authority and a server certificate for ``127.0.0.1`` (TLS), and
+   one ECDSA key pair per SuperNode (SuperNode authentication);
+2. starts ``flower-superlink`` with TLS and ``--enable-supernode-auth``, waits until it is
+   healthy, and registers each node's public key (``flwr supernode register``);
+3. starts N ``flower-supernode`` processes, each with its own port, ``FLWR_HOME`` and
+   ``partition-id``;
+4. runs the app with ``flwr run <app> local-fleet --stream`` and checks that ``summary.json`` exists;
+5. stops every process it started, by PID, also on failure or Ctrl-C.
+
+Each component gets its own ``FLWR_HOME``, as on separate machines. ``--insecure`` turns TLS and
+authentication off (a warning is printed); use it only to debug. docs/deploy.md shows the same
+steps for a multi-machine fleet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from bouquet.apps.results import default_results_dir
+from bouquet.apps.simulation import (
+    flower_env,
+    free_port,
+    pids_mentioning,
+    run_config_arg,
+    stop_pids,
+    write_app,
+)
+
+CONNECTION = "local-fleet"
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def make_tls(folder: Path) -> dict[str, Path]:
+    """A CA and a server certificate valid for 127.0.0.1 and localhost (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bouquet-local-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP384R1())
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                       x509.DNSName("localhost")])
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=2))
+            .add_extension(san, critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = {"ca": folder / "ca.crt", "cert": folder / "server.crt", "key": folder / "server.key"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                               serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    paths["key"].chmod(0o600)
+    return paths
+
+
+def make_node_key(folder: Path, name: str) -> tuple[Path, Path]:
+    """An ECDSA (P-384) key pair in OpenSSH format, as ``flower-supernode`` expects."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    priv, pub = folder / name, folder / f"{name}.pub"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.OpenSSH,
+                                       serialization.NoEncryption()))
+    priv.chmod(0o600)
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                  serialization.PublicFormat.OpenSSH))
+    return priv, pub
+
+
+class LocalFleet:
+    """A SuperLink and SuperNodes on loopback, stopped by PID when the ``with`` block ends.
+
+    Parameters
+    ----------
+    nodes : int
+        Number of SuperNodes (partition ids 0..nodes-1).
+    secure : bool
+        TLS and SuperNode authentication (default). False runs everything ``--insecure``.
+    workdir : Path, optional
+        Where logs, certificates and Flower homes go (a temporary folder by default).
+    """
+
+    def __init__(self, nodes: int, *, secure: bool = True, workdir: Path | None = None) -> None:
+        self.num_nodes = nodes
+        self.secure = secure
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="bq-fleet-")).resolve()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, IO[bytes]] = {}
+        self.port = free_port()
+        self.tls: dict[str, Path] = {}
+        self.keys: dict[int, tuple[Path, Path]] = {}
+        self.node_ports: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> LocalFleet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def env(self, name: str) -> dict[str, str]:
+        """Environment of one component (its own FLWR_HOME)."""
+        home = self.dir / f"home-{name}"
+        home.mkdir(parents=True, exist_ok=True)
+        return flower_env(home)
+
+    def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.dir / f"{name}.log", "ab")
+        self.logs[name] = log
+        proc = subprocess.Popen(cmd, cwd=self.dir, env=self.env(name), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def start(self) -> None:
+        """Start the SuperLink, register keys, start every SuperNode."""
+        if self.secure:
+            self.tls = make_tls(self.dir / "certs")
+        else:
+            print("[bouquet] WARNING: --insecure: no TLS and no SuperNode authentication; "
+                  "anyone on this host can join or read traffic", flush=True)
+        cmd = [_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
+               "--disable-runtime-dependency-installation"]
+        if self.secure:
+            cmd += ["--ssl-ca-certfile", str(self.tls["ca"]), "--ssl-certfile",
+                    str(self.tls["cert"]), "--ssl-keyfile", str(self.tls["key"]),
+                    "--enable-supernode-auth"]
+        else:
+            cmd += ["--insecure"]
+        self._spawn("superlink", cmd)
+        self.wait_healthy()
+        self.write_cli_config()
+        for i in range(self.num_nodes):
+            if self.secure:
+                self.keys[i] = make_node_key(self.dir / "certs", f"node{i}")
+                self.register(self.keys[i][1], f"node{i}")
+            self.start_node(i)
+
+    def wait_healthy(self, timeout: float = 90.0) -> None:
+        """Poll the SuperLink's /health endpoint until it answers."""
+        scheme = "https" if self.secure else "http"
+        ctx = ssl.create_default_context(cafile=str(self.tls["ca"])) if self.secure else None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.procs["superlink"].poll() is not None:
+                raise RuntimeError(f"SuperLink exited early; see {self.dir / 'superlink.log'}")
+            try:
+                with urllib.request.urlopen(f"{scheme}://127.0.0.1:{self.port}/health",
+                                            context=ctx, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"SuperLink not healthy after {timeout:g}s; see {self.dir}")
+
+    def write_cli_config(self) -> None:
+        """The ``flwr`` CLI connection used for registering nodes and running the app."""
+        home = self.dir / "home-cli"
+        home.mkdir(parents=True, exist_ok=True)
+        lines = ["[superlink]", f'default = "{CONNECTION}"', "",
+                 f"[superlink.{CONNECTION}]", f'address = "127.0.0.1:{self.port}"']
+        if self.secure:
+            lines.append(f'root-certificates = "{self.tls["ca"]}"')
+        else:
+            lines.append("insecure = true")
+        (home / "config.toml").write_text("\n".join(lines) + "\n")
+
+    def flwr(self, *args: str, timeout: float = 120.0, stream: bool = False) -> str:
+        """Run a ``flwr`` CLI command against this fleet; return its output."""
+        proc = subprocess.run([_bin("flwr"), *args], cwd=self.dir, env=self.env("cli"),
+                              stdout=None if stream else subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        out = proc.stdout.decode(errors="replace") if proc.stdout else ""
+        if proc.returncode != 0:
+            raise RuntimeError(f"flwr {' '.join(args)} failed ({proc.returncode}): {out[-2000:]}")
+        return out
+
+    def register(self, public_key: Path, name: str) -> None:
+        """Register a SuperNode's public key with the SuperLink."""
+        self.flwr("supernode", "register", str(public_key), CONNECTION, "--name", name)
+
+    def start_node(self, i: int, key: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start SuperNode ``i`` (``partition-id=i``); ``key`` overrides its auth key."""
+        port = self.node_ports.setdefault(i, free_port())
+        cmd = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
+               "--node-config", f"partition-id={i} num-partitions={self.num_nodes}",
+               "--host", "127.0.0.1", "--port", str(port)]
+        if self.secure:
+            cmd += ["--root-certificates", str(self.tls["ca"]),
+                    "--auth-supernode-private-key", str(key or self.keys[i][0])]
+        else:
+            cmd += ["--insecure"]
+        return self._spawn(f"node{i}", cmd)
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL SuperNode ``i`` and the processes it started."""
+        proc = self.procs.pop(f"node{i}")
+        stop_pids([proc.pid] + self._children(proc.pid), grace=0.0)
+        proc.wait(timeout=10)
+
+    @staticmethod
+    def _children(pid: int) -> list[int]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if int((entry / "stat").read_text().split()[3]) == pid:
+                        out.append(int(entry.name))
+                except (OSError, ValueError, IndexError):
+                    continue
+        return out
+
+    def run(self, overrides: Mapping[str, Any], timeout: float = 1800.0) -> Path:
+        """Run the app on the fleet; return the run's ``summary.json``."""
+        cfg = dict(overrides)
+        results = Path(str(cfg.get("results-dir") or default_results_dir())).expanduser().resolve()
+        cfg["results-dir"] = str(results)
+        cfg.setdefault("run-name", f"{cfg.get('method', 'fedavg')}-deploy-"
+                                   f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+        app = write_app(self.dir / "app")
+        self.flwr("run", str(app), CONNECTION, "--stream", "--run-config", run_config_arg(cfg),
+                  timeout=timeout, stream=True)
+        summary = results / str(cfg["run-name"]) / "summary.json"
+        if not summary.is_file():
+            raise RuntimeError(f"the run ended without {summary}; logs in {self.dir}")
+        return summary
+
+    def stop(self) -> None:
+        """Stop every process this fleet started (and their children), by PID."""
+        pids = [p.pid for p in self.procs.values()]
+        pids += pids_mentioning(str(self.dir))
+        stop_pids(sorted(set(pids)))
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for log in self.logs.values():
+            log.close()
+        self.procs.clear()
+
+
+def deploy_local(nodes: int, overrides: Mapping[str, Any], *, secure: bool = True,
+                 keep: bool = False) -> Path:
+    """Start a fleet, run once, stop everything; return the summary path."""
+    fleet = LocalFleet(nodes, secure=secure)
+    print(f"[bouquet] fleet folder (logs, certificates): {fleet.dir}", flush=True)
+    try:
+        with fleet:
+            return fleet.run(overrides)
+    finally:
+        if not keep:
+            import shutil
+
+            shutil.rmtree(fleet.dir, ignore_errors=True)
+        os.sync()
