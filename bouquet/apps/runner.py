@@ -75,11 +75,24 @@ def initial_arrays(cfg: RunConfig, task: Any | None, grid: Grid) -> ArrayRecord 
     raise RuntimeError("no node came online to provide the initial model")
 
 
+def holds_model(cfg: RunConfig) -> bool:
+    """Whether the method's server keeps a model (``holds_model = False`` on the factory says not).
+
+    A server without a model (FedKSeed keeps only seed coefficients) needs no initial arrays and
+    can only evaluate on nodes.
+    """
+    return bool(getattr(cfg.method.load_strategy_factory(), "holds_model", True))
+
+
 def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
     """central, federated or none, from the ``evaluation`` key and what the server can do."""
     mode = cfg.common.evaluation
-    can_central = task is not None and hasattr(task, "evaluate")
+    has_model = holds_model(cfg)
+    can_central = has_model and task is not None and hasattr(task, "evaluate")
     if mode == "central" and not can_central:
+        if not has_model:
+            raise ConfigError(f"evaluation: method {cfg.method.name!r} keeps no model on the "
+                              "server; use evaluation='federated'")
         raise ConfigError(
             "evaluation: 'central' needs the task's packages on the server (install the "
             f"method's extra, flwr-bouquet[{cfg.method.extra}]) or use evaluation='federated'"
@@ -87,7 +100,7 @@ def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
     if mode == "auto":
         if can_central:
             return "central"
-        return "federated" if task is None else "none"
+        return "federated" if task is None or not has_model else "none"
     return mode
 
 
@@ -109,7 +122,7 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     mode = evaluation_mode(cfg, task)
     meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
     writer = ResultsWriter(run_dir, cfg.to_yaml(), meta)
-    strategy = build_strategy(cfg, initial_arrays(cfg, task, grid))
+    strategy = build_strategy(cfg, initial_arrays(cfg, task, grid) if holds_model(cfg) else None)
 
     first = 1
     if cfg.common.resume_from:
@@ -136,6 +149,7 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
             eval_metrics = dict(elog.metrics)
             rlog.up_bytes += elog.up_bytes
             rlog.down_bytes += elog.down_bytes
+        strategy.observe_evaluation(rnd, eval_metrics)
         headline = sorted(set(headline) | set(eval_metrics) | set(strategy.headline_metrics()))
         record: dict[str, Any] = {
             "round": rnd, **eval_metrics, **rlog.metrics,
