@@ -160,6 +160,13 @@ class BouquetStrategy(Strategy):
         """Train-phase metric names that belong in ``final``/``best`` (``("regret",)``)."""
         return ()
 
+    def observe_evaluation(self, rnd: int, metrics: Mapping[str, float]) -> None:
+        """Called by the run loop with round ``rnd``'s evaluation metrics (central or federated).
+
+        Methods that report something *at* a target (FedCG's simulated time to a target
+        accuracy) record what they need here; keep it in :meth:`state_dict` for resumes.
+        """
+
     def summary_extras(self) -> dict[str, dict[str, Any]]:
         """Extra entries merged into ``summary.json`` sections (``{"time": {...}}``)."""
         return {}
