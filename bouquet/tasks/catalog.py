@@ -41,3 +41,27 @@ TASKS = [
         extra="lora",
     ),
 ]
+
+# ---- bandits family (issue 5): numpy/scikit-learn environments, no torch
+from bouquet.tasks.bandits import DigitsBanditConfig, SynthBanditConfig  # noqa: E402
+
+TASKS += [
+    TaskSpec(
+        name="synth-bandit",
+        description="synthetic linear bandit of Zhou & Chowdhury 2024 (K unit-vector arms + bias, "
+        "Gaussian reward noise), one user stream per silo",
+        factory="bouquet.tasks.bandits:SyntheticBandit",
+        kind="bandit",
+        sections={"synth-bandit": SynthBanditConfig},
+        extra="bandits",
+    ),
+    TaskSpec(
+        name="digits-bandit",
+        description="multi-class-to-bandit on scikit-learn's digits (10 arms, reward 1 for the "
+        "true label), PCA features, disjoint arm blocks",
+        factory="bouquet.tasks.bandits:DigitsBandit",
+        kind="bandit",
+        sections={"digits-bandit": DigitsBanditConfig},
+        extra="bandits",
+    ),
+]

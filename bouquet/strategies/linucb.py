@@ -1,0 +1,410 @@
+"""Federated LinUCB with silo-level LDP and shuffle DP (server side; numpy only).
+
+Zhou & Chowdhury, "On Differentially Private Federated Linear Contextual Bandits", ICLR 2024
+(arXiv:2302.13945), Algorithm 1 (Private-FedLinUCB) with the privacy protocols of §5.
+
+``M`` silos each serve one user per step. Synchronisations follow a fixed, data-independent
+schedule: one Flower round is one synchronisation, after ``B`` local LinUCB steps on every silo
+(so a run of ``R`` rounds has horizon ``T = R B`` steps per silo). At round ``k`` the server
+broadcasts its private estimate ``(V~, u~)`` of the sum over all silos of ``x x^T`` and ``x y``
+up to batch ``k - 1``; each silo acts with ``V = lambda I + V~ + W_i`` and
+``theta = V^{-1} (u~ + U_i)`` (``W_i, U_i``: its own statistics of the running batch) and answers
+with one node of the distributed tree mechanism (:mod:`bouquet.privacy.tree`):
+
+``fedlinucb``
+    no noise, ``lambda = sqrt(M)`` (non-private FedLinUCB; the tree then returns exact sums).
+``dp-fedlinucb-ldp``
+    silo-level LDP: Gaussian noise ``sigma0`` on every node, calibrated per silo (Thm 5.1);
+    ``lambda`` shifts the noisy Gram matrix back to positive definite.
+``dp-fedlinucb-sdp-amp``
+    shuffle DP by amplification (Thm 5.3): the same nodes with ``sigma0`` smaller by about
+    ``sqrt(M)``; a shuffler hides which silo sent which node.
+``dp-fedlinucb-sdp-vecsum``
+    shuffle DP with a vector-sum protocol (Thm 5.5, :mod:`bouquet.privacy.shuffle`): every user
+    of the node's window is encoded separately; the shuffler merges all silos' messages and the
+    analyser (this strategy) decodes their sum.
+
+Regret is the environment's pseudo-regret, which only a simulation knows; silos report their
+cumulative value so that ``metrics.jsonl`` can show it (a deployment has no regret to report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import MetricRecord, RecordDict
+
+from bouquet.privacy import shuffle, tree
+from bouquet.schema import key
+from bouquet.strategies import validation as v
+from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
+from bouquet.strategies.model import to_numpy, to_record
+
+#: Variants by method name.
+VARIANTS = {
+    "fedlinucb": "none",
+    "dp-fedlinucb-ldp": "ldp",
+    "dp-fedlinucb-sdp-amp": "sdp-amp",
+    "dp-fedlinucb-sdp-vecsum": "sdp-vecsum",
+}
+#: Tail bound (in standard deviations) used to reject absurd values in noisy nodes.
+TAIL = 12.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LinUCBConfig:
+    """Keys shared by the four methods (prefix ``linucb``)."""
+
+    batch_steps: int = key(25, "B: local bandit steps per silo between synchronisations", min=1)
+    horizon_rounds: int = key(
+        0, "synchronisations the privacy calibration plans for; 0 = num-server-rounds", min=0)
+    crs: float = key(1.0, "scale of the confidence radius beta_t (reference: 1 synthetic, "
+                     "0.1 real data)", min=0.0)
+    alpha: float = key(0.01, "failure probability in beta_t and the shift", min=1e-12, max=0.5)
+    reward_noise: float = key(0.5, "R: sub-Gaussian reward-noise scale assumed in beta_t", min=0.0)
+    regularizer: float = key(
+        0.0, "lambda of non-private FedLinUCB; 0 = sqrt(M) as in the reference", min=0.0)
+    feature_bound: float = key(1.0, "L: bound on feature norms (features are unit-normalised)",
+                               min=1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class DPLinUCBConfig:
+    """Privacy keys of the three private methods (prefix ``dp-linucb``)."""
+
+    epsilon: float = key(1.0, "privacy budget per silo (LDP) or of the shuffled transcript (SDP)",
+                         min=1e-12)
+    delta: float = key(0.1, "delta of (epsilon, delta)-DP", min=1e-15, max=0.999)
+    reward_bound: float = key(
+        1.0, "Y: rewards are clipped to [-Y, Y] before entering private statistics", min=1e-9)
+    vecsum_scale: float = key(1.0, "scale of the vector-sum protocol's noise bits (reference: 1)",
+                              min=1e-9)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """Everything both sides derive from the config for one run.
+
+    Attributes
+    ----------
+    variant : str
+        ``none``, ``ldp``, ``sdp-amp`` or ``sdp-vecsum``.
+    dim : int
+        Feature dimension ``d``.
+    num_silos : int
+        ``M``.
+    batch : int
+        ``B``.
+    horizon_rounds : int
+        Number of synchronisations planned (``T / B``).
+    levels : int
+        ``kappa``: tree levels, the most nodes any batch enters.
+    sigma : float
+        Per-silo Gaussian noise of a node (tree variants) or the effective noise that the
+        vector-sum shift is computed from.
+    lam : float
+        Regulariser / shift ``lambda`` added to the Gram matrix.
+    epsilon, delta : float
+        The target guarantee (0 for the non-private variant).
+    reward_bound : float
+        Rewards are clipped to ``[-Y, Y]`` in private statistics (``inf``: no clipping).
+    feature_bound : float
+        ``L``.
+
+    """
+
+    variant: str
+    dim: int
+    num_silos: int
+    batch: int
+    horizon_rounds: int
+    levels: int
+    sigma: float
+    lam: float
+    epsilon: float
+    delta: float
+    reward_bound: float
+    feature_bound: float
+    vecsum_scale: float = 1.0
+
+    @property
+    def private(self) -> bool:
+        """Whether noise is added."""
+        return self.variant != "none"
+
+    @property
+    def horizon(self) -> int:
+        """``T``: steps per silo."""
+        return self.horizon_rounds * self.batch
+
+    def window_users(self, k: int) -> int:
+        """Users one silo has in the node of sync ``k`` (``2**l B``)."""
+        return (1 << tree.lowest_set_bit(k)) * self.batch
+
+    def vecsum_params(self, k: int) -> shuffle.VecSumParams:
+        """Randomiser parameters of the vector-sum node of sync ``k``."""
+        eps0, delta0 = shuffle.per_node_budget(self.epsilon, self.delta, self.levels)
+        return shuffle.VecSumParams.for_window(
+            eps0, delta0, self.dim, self.num_silos * self.window_users(k),
+            bound=self.feature_bound * max(self.feature_bound, self.reward_bound),
+            scale=self.vecsum_scale)
+
+
+def make_protocol(variant: str, lin: LinUCBConfig, dp: DPLinUCBConfig | None, dim: int,
+                  num_silos: int, horizon_rounds: int) -> Protocol:
+    """Derive the :class:`Protocol` (calibrations of the reference code, see the docs)."""
+    levels = tree.num_levels(horizon_rounds)
+    bound = lin.feature_bound
+    if variant == "none" or dp is None:
+        lam = lin.regularizer or math.sqrt(num_silos)
+        return Protocol("none", dim, num_silos, lin.batch_steps, horizon_rounds, levels, 0.0,
+                        lam, 0.0, 0.0, math.inf, bound)
+    eps, delta = dp.epsilon, dp.delta
+    if variant == "ldp":
+        sigma = tree.ldp_sigma(eps, delta, levels, bound)
+        lam = tree.shift(sigma, levels, dim, lin.alpha, num_silos)
+    elif variant == "sdp-amp":
+        sigma = tree.amp_sigma(eps, delta, levels, horizon_rounds * lin.batch_steps, num_silos,
+                               bound)
+        lam = tree.shift(sigma, levels, dim, lin.alpha, num_silos)
+    elif variant == "sdp-vecsum":
+        sigma = (bound * math.sqrt(levels * math.log(1.0 / delta))
+                 * math.log(levels * dim * dim / delta) / eps)
+        lam = tree.shift(sigma, levels, dim, lin.alpha, 1)
+    else:
+        raise ValueError(f"unknown variant {variant!r}")
+    return Protocol(variant, dim, num_silos, lin.batch_steps, horizon_rounds, levels, sigma, lam,
+                    eps, delta, dp.reward_bound, bound, dp.vecsum_scale)
+
+
+def confidence_radius(t: int, proto: Protocol, lin: LinUCBConfig) -> float:
+    """``beta_t`` of the reference code (Abbasi-Yadkori et al. 2011 with ``S = sqrt(d)``)."""
+    d, lam, bound = proto.dim, proto.lam, proto.feature_bound
+    inner = (d * math.log(1.0 + t * proto.num_silos * bound**2 / (d * lam))
+             + math.log(1.0 / lin.alpha))
+    return lin.crs * (math.sqrt(lam) * math.sqrt(d) + lin.reward_noise * math.sqrt(inner))
+
+
+def env_section(sections: Mapping[str, Any]) -> Any:
+    """Return the task's section that tells ``context_dim`` (every bandit task has one)."""
+    for sec in sections.values():
+        if hasattr(sec, "context_dim"):
+            return sec
+    raise ValueError("this method needs a bandit task (kind='bandit'), e.g. task='synth-bandit'")
+
+
+def horizon_of(lin: LinUCBConfig, num_server_rounds: int) -> int:
+    """Planned synchronisations: ``linucb.horizon-rounds`` or ``num-server-rounds``."""
+    return lin.horizon_rounds or num_server_rounds
+
+
+class FedLinUCB(BouquetStrategy):
+    """Server of (private) federated LinUCB: sums tree nodes per level, broadcasts prefixes.
+
+    Parameters
+    ----------
+    setup : StrategySetup
+        Resolved configuration (sections ``linucb``, ``dp-linucb`` for private variants, and the
+        bandit task's section).
+    variant : str
+        ``none``, ``ldp``, ``sdp-amp`` or ``sdp-vecsum``.
+
+    """
+
+    reply_records = ("node", "metrics")
+
+    def __init__(self, setup: StrategySetup, variant: str) -> None:
+        super().__init__(setup)
+        self.variant = variant
+        self.lin: LinUCBConfig = setup.sections["linucb"]
+        self.dp: DPLinUCBConfig | None = setup.sections.get("dp-linucb")
+        self.dim = int(env_section(setup.sections).context_dim)
+        self.horizon_rounds = horizon_of(self.lin, self.common.num_server_rounds)
+        if self.common.num_server_rounds > self.horizon_rounds:
+            raise ValueError(
+                f"num-server-rounds ({self.common.num_server_rounds}) exceeds "
+                f"linucb.horizon-rounds ({self.horizon_rounds}): the privacy calibration would "
+                "not cover the extra synchronisations")
+        self.levels = tree.num_levels(self.horizon_rounds)
+        self.num_silos = 0
+        self.proto: Protocol | None = None
+        self.tree = tree.ServerTree.empty(self.levels, tree.stats_size(self.dim))
+        self.cum_regret: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ protocol
+    def protocol(self) -> Protocol:
+        """Return the run's protocol (fixed once the number of silos is known)."""
+        if self.proto is None:
+            raise RuntimeError("the protocol is fixed at the first round")
+        return self.proto
+
+    def _fix_silos(self) -> None:
+        if self.proto is None:
+            known = sorted(self.partitions.values())
+            self.num_silos = max(len(known), (known[-1] + 1) if known else 1)
+            self.proto = make_protocol(self.variant, self.lin, self.dp, self.dim, self.num_silos,
+                                       self.horizon_rounds)
+
+    # ------------------------------------------------------------------ round
+    def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
+        """Broadcast the prefix estimate over batches ``1..rnd-1`` to every silo."""
+        self._fix_silos()
+        gram, vec = tree.unpack(self.tree.prefix(rnd - 1), self.dim)
+        out = {}
+        for pid in partitions:
+            cfg = self.base_config(rnd)
+            cfg["num-silos"] = self.num_silos
+            cfg["horizon-rounds"] = self.horizon_rounds
+            out[pid] = RecordDict({"global": to_record({"gram": gram, "vec": vec}),
+                                   "config": cfg})
+        return out
+
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
+        """Node shapes and dtypes, symmetry, magnitude bounds, regret monotone."""
+        proto = self.protocol()
+        v.expect_records(content, self.reply_records)
+        if self.variant == "sdp-vecsum":
+            params = proto.vecsum_params(rnd)
+            rows = proto.window_users(rnd)
+            codes = v.arrays(content, "node", {
+                "codes": ((rows, shuffle.num_coordinates(self.dim)), np.int32)})["codes"]
+            if codes.min() < 0 or codes.max() > params.max_code():
+                raise v.InvalidReply(f"node/codes: values outside 0..{params.max_code()}")
+        else:
+            d = self.dim
+            arrays = v.arrays(content, "node", {"gram": ((d, d), np.float64),
+                                                "vec": ((d,), np.float64)})
+            gram, vec = arrays["gram"], arrays["vec"]
+            if not np.array_equal(gram, gram.T):
+                raise v.InvalidReply("node/gram: not symmetric")
+            n_w = proto.window_users(rnd)
+            bound = proto.feature_bound
+            slack = TAIL * proto.sigma
+            if np.abs(gram).max() > n_w * bound**2 + slack or np.diag(gram).min() < -slack:
+                raise v.InvalidReply("node/gram: values impossible for the window's users")
+            if proto.private and np.abs(vec).max() > n_w * bound * proto.reward_bound + slack:
+                raise v.InvalidReply("node/vec: values impossible for the window's users")
+        if v.num_examples(content) != proto.batch:
+            raise v.InvalidReply(f"metrics/num-examples: expected {proto.batch}")
+        last = self.cum_regret.get(partition_id, 0.0)
+        v.metric(content, "cum-regret", min=last - 1e-9)
+
+    def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
+        """Sum the nodes of this sync's level (through the shuffler for VecSum); log regret."""
+        proto = self.protocol()
+        if self.variant == "sdp-vecsum":
+            codes = [r.content["node"]["codes"].numpy() for r in replies]  # type: ignore[index,union-attr]
+            mixed = shuffle.Shuffler(np.random.default_rng([self.common.seed, rnd, 0x5F])).shuffle(
+                codes)
+            gram, vec = shuffle.rows_to_stats(proto.vecsum_params(rnd).analyse(mixed), self.dim)
+            total = tree.pack(gram, vec)
+        else:
+            total = np.zeros(tree.stats_size(self.dim))
+            for r in replies:
+                arrays = to_numpy(r.content["node"])  # type: ignore[arg-type]
+                total += tree.pack(arrays["gram"], arrays["vec"])
+        self.tree.store(rnd, total)
+        for r in replies:
+            self.cum_regret[r.partition_id] = float(
+                r.content["metrics"]["cum-regret"])  # type: ignore[index,arg-type]
+        return self.round_metrics(rnd)
+
+    def round_metrics(self, rnd: int) -> dict[str, float]:
+        """Total and per-silo cumulative regret, the time average, and the privacy target."""
+        proto = self.protocol()
+        t = rnd * proto.batch
+        total = sum(self.cum_regret.values())
+        out: dict[str, float] = {"regret": total / t, "cum_regret": total, "t": float(t),
+                                 "level": float(tree.lowest_set_bit(rnd)), "lambda": proto.lam}
+        for pid in sorted(self.cum_regret):
+            out[f"regret_silo{pid}"] = self.cum_regret[pid]
+        if proto.private:
+            out["epsilon"] = proto.epsilon
+            out["delta"] = proto.delta
+            out["sigma"] = proto.sigma
+        return out
+
+    def headline_metrics(self) -> tuple[str, ...]:
+        """``final.regret`` in summary.json is the time-averaged cumulative regret."""
+        return ("regret",)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Return the base state, the level sums, the number of silos and the silos' regrets."""
+        return {**super().state_dict(), "tree": self.tree.state(), "num_silos": self.num_silos,
+                "cum_regret": {str(k): val for k, val in self.cum_regret.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        self.tree = tree.ServerTree.from_state(state["tree"])
+        self.num_silos = int(state["num_silos"])
+        self.proto = None
+        if self.num_silos:
+            self.proto = make_protocol(self.variant, self.lin, self.dp, self.dim, self.num_silos,
+                                       self.horizon_rounds)
+        self.cum_regret = {int(k): float(val) for k, val in state["cum_regret"].items()}
+
+
+# ---------------------------------------------------------------------- factories
+def build_fedlinucb(setup: StrategySetup) -> FedLinUCB:
+    """Strategy factory of ``fedlinucb``."""
+    return FedLinUCB(setup, "none")
+
+
+def build_ldp(setup: StrategySetup) -> FedLinUCB:
+    """Strategy factory of ``dp-fedlinucb-ldp``."""
+    return FedLinUCB(setup, "ldp")
+
+
+def build_sdp_amp(setup: StrategySetup) -> FedLinUCB:
+    """Strategy factory of ``dp-fedlinucb-sdp-amp``."""
+    return FedLinUCB(setup, "sdp-amp")
+
+
+def build_sdp_vecsum(setup: StrategySetup) -> FedLinUCB:
+    """Strategy factory of ``dp-fedlinucb-sdp-vecsum``."""
+    return FedLinUCB(setup, "sdp-vecsum")
+
+
+# ---------------------------------------------------------------------- conformance
+def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
+    """Method-specific malformed replies for the conformance suite (all must be rejected)."""
+    node = to_numpy(content["node"])  # type: ignore[arg-type]
+    metrics = content["metrics"]
+
+    def reply(arrays: Mapping[str, np.ndarray], regret: float | None = None) -> RecordDict:
+        rec = MetricRecord(dict(metrics))  # type: ignore[arg-type]
+        if regret is not None:
+            rec["cum-regret"] = regret
+        return RecordDict({"node": to_record(arrays), "metrics": rec})
+
+    out: list[tuple[str, RecordDict]] = [("negative regret", reply(node, -1.0))]
+    if "codes" in node:
+        codes = node["codes"]
+        high = codes.copy()
+        high[0, 0] = np.iinfo(np.int32).max
+        low = codes.copy()
+        low[0, 0] = -1
+        out += [("wrong dimension", reply({"codes": codes[:, :-1]})),
+                ("code above the protocol's range", reply({"codes": high})),
+                ("negative code", reply({"codes": low})),
+                ("float codes", reply({"codes": codes.astype(np.float64)}))]
+        return out
+    gram, vec = node["gram"], node["vec"]
+    d = gram.shape[0]
+    skew = gram.copy()
+    skew[0, d - 1] += 1.0
+    nan = vec.copy()
+    nan[0] = np.nan
+    big = gram.copy()
+    big[0, 0] = 1e12
+    out += [("wrong dimension", reply({"gram": np.zeros((d + 1, d + 1)), "vec": np.zeros(d + 1)})),
+            ("non-symmetric matrix", reply({"gram": skew, "vec": vec})),
+            ("NaN in vector", reply({"gram": gram, "vec": nan})),
+            ("impossible magnitude", reply({"gram": big, "vec": vec}))]
+    return out
