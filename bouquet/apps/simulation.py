@@ -172,14 +172,17 @@ def run_simulation(overrides: Mapping[str, Any], clients: int, *, stream: bool =
         env = flower_env(home)
         env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(free_port())
         env["FLWR_LOCAL_CONTROL_API_PORT"] = str(free_port())
-        cmd = [str(Path(sys.executable).parent / "flwr"), "run", str(app)]
-        cmd += ["--stream"] if stream else []
+        # --stream also makes flwr run wait until the run ends.
+        cmd = [str(Path(sys.executable).parent / "flwr"), "run", str(app), "--stream"]
         cmd += ["--run-config", run_config_arg(cfg), "--federation-config",
                 f"num-supernodes={clients} client-resources-num-cpus={cpus_per_client:g}"]
-        proc = subprocess.run(cmd, cwd=home, env=env, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, cwd=home, env=env, timeout=timeout, check=False,
+                              stdout=None if stream else subprocess.PIPE,
+                              stderr=None if stream else subprocess.STDOUT)
         summary = run_dir / "summary.json"
         if proc.returncode != 0 or not summary.is_file():
-            raise RuntimeError(f"flwr run failed (exit {proc.returncode}); no {summary}")
+            tail = proc.stdout.decode(errors="replace")[-3000:] if proc.stdout else ""
+            raise RuntimeError(f"flwr run failed (exit {proc.returncode}); no {summary}\n{tail}")
     return summary
 
 

@@ -1,0 +1,280 @@
+"""FedKSeed / FedKSeed-Pro: protocol, bytes, Pro's probabilities and replay exactness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+from bouquet.apps.config import ConfigError, resolve
+from bouquet.apps.local_grid import LocalGrid
+from bouquet.apps.runner import build_strategy, evaluation_mode, execute, load_server_task
+from bouquet.clients import fedkseed as client
+from bouquet.clients import zeroth_order as zo
+from bouquet.clients.base import ClientEnv
+from bouquet.strategies import fedkseed as fk
+from bouquet.strategies.accounting import content_bytes
+from bouquet.strategies.base import NodeReply
+from bouquet.tasks.classification import get_arrays
+
+
+def config(tmp_path: Path, method: str = "fedkseed", **over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "method": method, "task": "digits-mlp", "results-dir": str(tmp_path), "run-name": "r",
+        "seed": 1, "batch-size": 32, "fedkseed.num-seeds": 32, "fedkseed.local-steps": 12,
+        "fedkseed.lr": 2e-2, "fedkseed.eps": 1e-3, "round-timeout": 60.0,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def setup(tmp_path: Path, nodes: int, method: str = "fedkseed", **over: Any
+          ) -> tuple[LocalGrid, fk.FedKSeed]:
+    client.clear_cache()
+    grid = LocalGrid(nodes, config(tmp_path, method, **over))
+    strategy = build_strategy(resolve(grid.run_config), None)
+    assert isinstance(strategy, fk.FedKSeed)
+    return grid, strategy
+
+
+def flat(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([a.reshape(-1) for a in arrays.values()])
+
+
+def env_for(grid: LocalGrid) -> ClientEnv:
+    cfg = resolve(grid.run_config)
+    task = load_server_task(cfg)
+    return ClientEnv(cfg.common, cfg.sections, task, 0, len(grid.contexts))
+
+
+# ---------------------------------------------------------------------------- seeds and setup
+def test_candidate_seeds_are_shared_and_distinct() -> None:
+    a, b = fk.candidate_seeds(42, 4096), fk.candidate_seeds(42, 4096)
+    assert np.array_equal(a, b) and a.dtype == np.int64
+    assert len(np.unique(a)) == 4096 and a.min() > 0
+    assert not np.array_equal(a, fk.candidate_seeds(43, 4096))
+
+
+def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
+    cfg = resolve(config(tmp_path))
+    assert evaluation_mode(cfg, load_server_task(cfg)) == "federated"
+    with pytest.raises(ConfigError, match="keeps no model"):
+        evaluation_mode(resolve(config(tmp_path, evaluation="central")),
+                        load_server_task(cfg))
+    _, strategy = setup(tmp_path, 2)
+    assert strategy.global_arrays() is None
+    state = strategy.state_dict()
+    assert state["accumulator"].shape == (32,)
+    assert all(not isinstance(v, dict) or k in ("partitions", "sizes") for k, v in state.items())
+
+
+# ---------------------------------------------------------------------------- bytes
+def one_round(tmp_path: Path, method: str, k: int, steps: int
+              ) -> tuple[RecordDict, RecordDict, int, int]:
+    grid, strategy = setup(tmp_path / f"{method}-{k}-{steps}", 2, method,
+                           **{"fedkseed.num-seeds": k, "fedkseed.local-steps": steps})
+    seen: dict[int, RecordDict] = {}
+    for pid in (0, 1):
+        def capture(content: RecordDict, pid: int = pid) -> RecordDict:
+            seen[pid] = content
+            return content
+        grid.corrupt[pid] = capture
+    rlog = strategy.train_round(grid, 1)
+    assert rlog.clients == 2 and rlog.failures == []
+    downs = [m.content for m in grid.sent if m.metadata.message_type == "train"]
+    # what the round log measured is Flower's serialized size of exactly these messages
+    assert rlog.up_bytes == sum(content_bytes(c) for c in seen.values())
+    assert rlog.down_bytes == sum(content_bytes(c) for c in downs)
+    return downs[0], seen[0], rlog.up_bytes, rlog.down_bytes
+
+
+@pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
+def test_exact_payload_and_measured_bytes(tmp_path: Path, method: str) -> None:
+    k, steps = 256, 20
+    down, up, up_bytes, down_bytes = one_round(tmp_path, method, k, steps)
+    # uplink: exactly `steps` (int32, float32) pairs and one metrics record
+    pairs = up[fk.PAIRS_RECORD]
+    assert isinstance(pairs, ArrayRecord) and sorted(pairs.keys()) == [fk.GRAD, fk.SEED_INDEX]
+    idx, grad = pairs[fk.SEED_INDEX].numpy(), pairs[fk.GRAD].numpy()
+    assert idx.dtype == np.int32 and grad.dtype == np.float32
+    assert idx.shape == grad.shape == (steps,)
+    assert set(up.keys()) == {fk.PAIRS_RECORD, "metrics"}
+    # downlink: K floats (+K for Pro) and the round config, nothing model-sized
+    rec = down[fk.DOWN_RECORD]
+    assert isinstance(rec, ArrayRecord)
+    sizes = {name: rec[name].numpy() for name in rec.keys()}
+    expected = [fk.ACCUMULATOR] + ([fk.PROBABILITIES] if method == "fedkseed-pro" else [])
+    assert sorted(sizes) == sorted(expected)
+    assert all(a.dtype == np.float32 and a.shape == (k,) for a in sizes.values())
+    assert set(down.keys()) == {fk.DOWN_RECORD, "config"}
+    # framing (names, dtype/shape headers, .npy headers, metrics, config) is small
+    assert 0 < content_bytes(up) - 8 * steps < 512
+    assert 0 < content_bytes(down) - 4 * k * len(expected) < 512
+    assert down_bytes == 2 * content_bytes(down)
+
+
+@pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
+def test_bytes_grow_by_the_payload_only(tmp_path: Path, method: str) -> None:
+    """Framing is constant: more seeds cost 4 B each (8 B for Pro), more steps 8 B each."""
+    floats_down = 2 if method == "fedkseed-pro" else 1
+    d1, u1, _, _ = one_round(tmp_path, method, 256, 20)
+    d2, u2, _, _ = one_round(tmp_path, method, 1024, 60)
+    assert content_bytes(d2) - content_bytes(d1) == 4 * floats_down * (1024 - 256)
+    assert content_bytes(u2) - content_bytes(u1) == 8 * (60 - 20)
+
+
+# ---------------------------------------------------------------------------- Pro
+def test_pro_probabilities_follow_the_reference_formula_on_a_planted_history(
+    tmp_path: Path,
+) -> None:
+    _, strategy = setup(tmp_path, 2, "fedkseed-pro", **{"fedkseed.num-seeds": 6,
+                                                         "fedkseed.pro-clip": 5.0})
+    planted = [  # (seed index, scalar gradient) pairs of two clients, two rounds
+        [(0, 1.0), (0, -3.0), (2, 0.5), (5, 40.0)],
+        [(2, -0.5), (3, 2.0), (0, 2.0)],
+        [(3, -1.0), (5, -1.0)],
+        [(1, 0.25)],
+    ]
+
+    def reply(pid: int, pairs: list[tuple[int, float]]) -> NodeReply:
+        idx = np.array([i for i, _ in pairs], dtype=np.int32)
+        g = np.array([x for _, x in pairs], dtype=np.float32)
+        content = RecordDict({fk.PAIRS_RECORD: fk.pairs_record(idx, g),
+                              "metrics": MetricRecord({"num-examples": 10})})
+        strategy.validate_reply(1, pid, content)
+        return NodeReply(pid, pid, content, 0, 0)
+
+    strategy.aggregate_round(1, [reply(0, planted[0]), reply(1, planted[1])])
+    strategy.aggregate_round(2, [reply(0, planted[2]), reply(1, planted[3])])
+
+    # the reference, written out from the paper's code: history starts at [0.0]
+    history: dict[int, list[float]] = {k: [0.0] for k in range(6)}
+    for pairs in planted:
+        for i, g in pairs:
+            history[i].append(g)
+    psi = np.array([np.mean([abs(min(max(g, -5.0), 5.0)) for g in history[k]])
+                    for k in range(6)])
+    norm = (psi - psi.min()) / (psi.max() - psi.min() + 1e-10)
+    expected = np.exp(norm) / np.exp(norm).sum()
+    p = strategy.probabilities()
+    np.testing.assert_allclose(p, expected, rtol=1e-12)
+    assert p.sum() == pytest.approx(1.0)
+    assert p.max() / p.min() <= np.e + 1e-9  # a gentle bias
+    assert np.argmax(p) == 5 and np.argmin(p) == 4  # clipped 40 dominates; 4 never sampled
+    sent = strategy.configure_round(3, [0])[0][fk.DOWN_RECORD]
+    assert isinstance(sent, ArrayRecord)
+    np.testing.assert_allclose(sent[fk.PROBABILITIES].numpy(), p, rtol=1e-6)
+
+
+def test_pro_clients_sample_with_the_probabilities(tmp_path: Path) -> None:
+    grid, strategy = setup(tmp_path, 1, "fedkseed-pro")
+    strategy.abs_sum[7] = 1e6  # seed 7 is e times likelier than each of the other 31
+    strategy.count[:] = 1.0
+    rlog = strategy.train_round(grid, 1)
+    assert rlog.clients == 1
+    p = strategy.probabilities()
+    assert p[7] == pytest.approx(np.e / (np.e + 31))
+    cfg = resolve(grid.run_config).sections["fedkseed"]
+    msg = grid.sent[-1]
+    picks = client.seed_choices(msg, cfg, np.random.default_rng(0))
+    many = np.concatenate([client.seed_choices(msg, cfg, np.random.default_rng(s))
+                           for s in range(400)])
+    assert picks.shape == (12,)
+    assert np.mean(many == 7) == pytest.approx(p[7], abs=0.02)
+
+
+# ---------------------------------------------------------------------------- replay exactness
+def trained_models(tmp_path: Path, rounds: int, nodes: int) -> tuple[
+        LocalGrid, fk.FedKSeed, list[dict[int, np.ndarray]]]:
+    """Run rounds; capture each client's model right after its local steps."""
+    grid, strategy = setup(tmp_path, nodes)
+    captured: list[dict[int, np.ndarray]] = []
+    for rnd in range(1, rounds + 1):
+        models: dict[int, np.ndarray] = {}
+        for pid in range(nodes):
+            def capture(content: RecordDict, pid: int = pid,
+                        models: dict[int, np.ndarray] = models) -> RecordDict:
+                rep = client.cached_replica()
+                assert rep is not None
+                models[pid] = flat(get_arrays(rep.model))
+                return content
+            grid.corrupt[pid] = capture
+        rlog = strategy.train_round(grid, rnd)
+        assert rlog.clients == nodes
+        captured.append(models)
+    return grid, strategy, captured
+
+
+def rebuild(env: ClientEnv, accumulator: np.ndarray) -> np.ndarray:
+    """A cold client: w0, then every seed of ``A`` replayed."""
+    client.clear_cache()
+    acc = accumulator.astype(np.float32).astype(np.float64)
+    rep, replayed = client.sync(env, env.section("fedkseed"), acc)
+    assert replayed == np.count_nonzero(acc)
+    return flat(get_arrays(rep.model))
+
+
+def test_one_client_replay_equals_its_sequential_steps(tmp_path: Path) -> None:
+    grid, strategy, captured = trained_models(tmp_path, rounds=3, nodes=1)
+    env = env_for(grid)
+    w0 = flat(env.task.initial_arrays(env.common.seed))
+    sequential = captured[-1][0]  # one client applied all 36 steps one after the other
+    fresh = rebuild(env, strategy.accumulator)
+    moved = np.abs(sequential - w0).max()
+    err = np.abs(fresh - sequential).max()
+    assert moved > 1e-3
+    assert err < 1e-5 and err < 1e-3 * moved, (err, moved)
+
+
+def test_fresh_warm_and_averaged_clients_agree(tmp_path: Path) -> None:
+    grid, strategy, captured = trained_models(tmp_path, rounds=3, nodes=3)
+    env = env_for(grid)
+    w0 = flat(env.task.initial_arrays(env.common.seed))
+    sizes = np.array([env.task.num_examples(p, 3, env.common) for p in range(3)], dtype=float)
+    # FedAvg of the last round's client models (their common start is the previous global)
+    averaged = sum(w * captured[-1][p] for p, w in enumerate(sizes / sizes.sum()))
+    assert isinstance(averaged, np.ndarray)
+    # a warm client: the process's replica after the last client, synced to the global A
+    acc = strategy.accumulator.astype(np.float32).astype(np.float64)
+    rep, replayed = client.sync(env, env.section("fedkseed"), acc)
+    assert 0 < replayed <= 3 * 12  # only seeds touched in the last round are replayed
+    warm = flat(get_arrays(rep.model))
+    fresh = rebuild(env, strategy.accumulator)
+    moved = np.abs(fresh - w0).max()
+    assert moved > 1e-3
+    for name, other in (("warm", warm), ("averaged", averaged)):
+        err = np.abs(fresh - other).max()
+        assert err < 1e-5 and err < 1e-3 * moved, (name, err, moved)
+
+
+def test_replay_with_another_generator_does_not_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grid, strategy, captured = trained_models(tmp_path, rounds=2, nodes=1)
+    env = env_for(grid)
+    w0 = flat(env.task.initial_arrays(env.common.seed))
+    monkeypatch.setattr(zo, "tensor_generator",
+                        lambda seed, index: torch.Generator().manual_seed(int(seed) % 2**31))
+    fresh = rebuild(env, strategy.accumulator)
+    sequential = captured[-1][0]
+    assert np.abs(fresh - sequential).max() > 0.3 * np.abs(sequential - w0).max()
+
+
+def test_full_run_learns_and_reports_bytes(tmp_path: Path) -> None:
+    client.clear_cache()
+    grid = LocalGrid(3, config(tmp_path, **{"num-server-rounds": 4,
+                                            "fedkseed.local-steps": 40,
+                                            "fedkseed.num-seeds": 256}))
+    summary = execute(grid, grid.run_config)
+    import json
+
+    lines = [json.loads(x) for x in (summary.parent / "metrics.jsonl").read_text().splitlines()]
+    assert [x["clients"] for x in lines] == [3, 3, 3, 3]
+    assert all(x["pairs_per_client"] == 40 for x in lines)
+    first, last = lines[0], lines[-1]
+    assert last["loss"] < first["loss"]  # federated evaluation on the nodes' test shares
+    assert first["train_up_bytes_per_client"] > 8 * 40

@@ -1,0 +1,83 @@
+"""Import directions (DESIGN §2): server-side code never needs torch & co."""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import bouquet
+
+ROOT = Path(bouquet.__file__).parent
+HEAVY = ("torch", "transformers", "peft", "opacus", "sentence_transformers")
+SERVER_PACKAGES = ("strategies", "compression")
+#: privacy modules that run on servers too (numpy only)
+SERVER_PRIVACY = ("tree", "shuffle")
+
+BLOCKER = f"""
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {HEAVY!r}:
+            raise ImportError('blocked for the server-side import test: ' + name)
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def server_modules() -> list[str]:
+    mods = ["bouquet.apps.server_app", "bouquet.apps.cli"]
+    for pkg in SERVER_PACKAGES:
+        for info in pkgutil.iter_modules([str(ROOT / pkg)]):
+            mods.append(f"bouquet.{pkg}.{info.name}")
+    for name in SERVER_PRIVACY:
+        if (ROOT / "privacy" / f"{name}.py").exists():
+            mods.append(f"bouquet.privacy.{name}")
+    return mods
+
+
+def test_server_side_imports_without_torch() -> None:
+    code = BLOCKER + "\nimport importlib\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in server_modules()
+    ) + "from bouquet.strategies import FedAvg\nprint('ok')\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_blocker_really_blocks() -> None:
+    proc = subprocess.run([sys.executable, "-c", BLOCKER + "import torch"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0 and "blocked" in proc.stderr
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    bad = []
+    for path in (ROOT / package).rglob("*.py"):
+        for mod in _imports(path):
+            if any(mod == f or mod.startswith(f + ".") for f in forbidden):
+                bad.append(f"{path.relative_to(ROOT)} imports {mod}")
+    return bad
+
+
+def test_strategies_never_import_clients_tasks_or_apps() -> None:
+    assert _violations("strategies", ("bouquet.clients", "bouquet.tasks", "bouquet.apps")) == []
+    assert _violations("compression", ("bouquet.clients", "bouquet.tasks", "bouquet.apps",
+                                       "bouquet.strategies")) == []
+
+
+def test_clients_never_import_apps_and_tasks_never_import_strategies() -> None:
+    assert _violations("clients", ("bouquet.apps",)) == []
+    assert _violations("tasks", ("bouquet.strategies", "bouquet.clients")) == []
