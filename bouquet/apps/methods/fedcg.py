@@ -1,5 +1,92 @@
-"""Registration of the fedcg family (filled in by its issue)."""
+"""Registration of FedCG and its ablation baselines, and FedCG's malformed replies."""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, RecordDict
 
 from bouquet.apps.registry import Method
+from bouquet.compression.bitpack import index_width, pack_uint, unpack_uint
+from bouquet.strategies.fedcg import PAYLOAD_RECORD, FedcgConfig
 
-METHODS: list[Method] = []
+_PAPER = ("Jiang, Xu, Xu, Wang & Qian, Heterogeneity-Aware Federated Learning with Adaptive "
+          "Client Selection and Gradient Compression, IEEE INFOCOM 2023 (arXiv 2212.09483)")
+_CLIENT = "bouquet.clients.fedcg:FedcgClient"
+_BAD = "bouquet.apps.methods.fedcg:bad_replies"
+# Conformance runs: few steps; a large virtual model and no weight on compression error make
+# every ratio sparse, so the sparse-specific bad replies apply.
+_TEST = {"local-steps": 2, "fedcg.virtual-params": 1_000_000, "fedcg.error-weight": 0.0}
+
+
+def _method(name: str, factory: str, description: str) -> Method:
+    return Method(
+        name=name,
+        description=description,
+        strategy=f"bouquet.strategies.fedcg:{factory}",
+        client=_CLIENT,
+        default_task="digits-mlp",
+        sections={"fedcg": FedcgConfig},
+        family="fedcg",
+        extra="fedcg",
+        paper=_PAPER,
+        test_config=_TEST,
+        bad_replies=_BAD,
+    )
+
+
+METHODS = [
+    _method("fedcg", "build", "FedCG: facility-location client selection + per-client top-k "
+            "ratios from an LP, alternated; error feedback"),
+    _method("fedcg-select-only", "build_select_only",
+            "FedCG ablation: FedCG's selection, one uniform top-k ratio"),
+    _method("fedcg-lp-only", "build_lp_only",
+            "FedCG ablation: random selection, FedCG's LP ratios"),
+    _method("random-topk", "build_random_topk",
+            "Random selection + uniform top-k with error feedback (ratio 1 = FedAvg)"),
+]
+
+
+def _with_payload(content: RecordDict, arrays: dict[str, np.ndarray]) -> RecordDict:
+    out = RecordDict()
+    for name, rec in content.items():
+        out[name] = ArrayRecord({k: Array(np.ascontiguousarray(a)) for k, a in arrays.items()}) \
+            if name == PAYLOAD_RECORD else rec
+    return out
+
+
+def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
+    """Sparse payloads that decode structurally but break FedCG's protocol.
+
+    More coordinates than the ratio allows, an index out of range, indices out of order, and
+    fewer values than indices.
+    """
+    rec = content[PAYLOAD_RECORD]
+    assert isinstance(rec, ArrayRecord)
+    arrays = {k: rec[k].numpy() for k in rec.keys()}
+    d = int(np.prod(arrays["shape"]))
+    values = arrays["values"]
+    cases: list[tuple[str, RecordDict]] = []
+    if "indices" not in arrays:  # dense reply: one value too many is the only excess possible
+        more = np.concatenate([values, values[:1]])
+        return [("dense-one-value-too-many", _with_payload(content, {**arrays, "values": more}))]
+    width = index_width(d)
+    idx = unpack_uint(arrays["indices"], width, values.size)
+    free = int(np.setdiff1d(np.arange(d), idx)[0])
+    more_idx = np.sort(np.append(idx, free))
+    more_val = np.zeros(more_idx.size, dtype=np.float32)
+    more_val[np.searchsorted(more_idx, idx)] = values
+    cases.append(("more-coordinates-than-ratio", _with_payload(
+        content, {**arrays, "indices": pack_uint(more_idx, width), "values": more_val})))
+    if d < (1 << width):
+        out = idx.copy()
+        out[-1] = d
+        cases.append(("index-out-of-range", _with_payload(
+            content, {**arrays, "indices": pack_uint(out, width)})))
+    if idx.size >= 2:
+        swapped = idx.copy()
+        swapped[[0, 1]] = swapped[[1, 0]]
+        cases.append(("indices-not-increasing", _with_payload(
+            content, {**arrays, "indices": pack_uint(swapped, width)})))
+    cases.append(("fewer-values-than-indices", _with_payload(
+        content, {**arrays, "values": values[:-1]})))
+    return cases

@@ -1,0 +1,397 @@
+"""FedCG: heterogeneity-aware client selection and per-client gradient compression.
+
+Jiang, Xu, Xu, Wang & Qian, "Heterogeneity-Aware Federated Learning with Adaptive Client Selection
+and Gradient Compression", IEEE INFOCOM 2023 (arXiv 2212.09483). Every round the server
+
+1. estimates each online client's computation time and current uplink (:mod:`.system_model`);
+2. selects up to ``k`` representative clients by greedy facility location over the clients'
+   latest updates (:mod:`.selection`), and gives each client a keep-ratio from a linear program
+   that trades round time against compression error (:mod:`.ratio_lp`); the two decisions
+   alternate until the objective stops improving (:mod:`.fedcg_plan`);
+3. sends the global model and each client's ratio; a client trains, compresses its model delta
+   with top-k at that ratio plus error feedback (:mod:`bouquet.compression`) and replies;
+4. adds the decoded updates weighted by the share of clients each selected one represents, and
+   keeps every decoded update as that client's representativeness signal.
+
+The first ``warmup-rounds`` rounds train every online client so that every client has a signal.
+The paper's exact objective, LP and stopping rule are not public: what is reconstructed and which
+alternatives are configurable is listed in docs/methods/fedcg.md.
+
+Baselines share this class: ``fedcg-select-only`` (selection, one uniform ratio),
+``fedcg-lp-only`` (random selection, LP ratios) and ``random-topk`` (random selection, one
+uniform ratio; with ``fedcg.uniform-ratio=1`` it is FedAvg with the same time accounting).
+
+Numpy/scipy only (server side).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, RecordDict
+
+from bouquet.compression import Compressor, Identity, PayloadError, TopK, decode_record
+from bouquet.compression.base import count_for
+from bouquet.compression.bitpack import index_width
+from bouquet.schema import key
+from bouquet.strategies import fedcg_plan
+from bouquet.strategies import validation as v
+from bouquet.strategies.base import NodeReply, StrategySetup
+from bouquet.strategies.model import ModelStrategy
+from bouquet.strategies.system_model import (
+    MeasuredProfile,
+    SimulatedProfile,
+    TimeModel,
+    round_time,
+)
+
+#: Record holding the compressed update in a reply.
+PAYLOAD_RECORD = "payload"
+#: Config key of the keep-ratio sent to each client.
+RATIO_KEY = "fedcg.ratio"
+#: Reply metrics a node adds for the measured system model.
+STEP_TIME_METRIC = "step-time-s"
+UPLINK_METRIC = "uplink-mbps"
+#: Node-config key a deployed node may set to report its uplink (megabits per second).
+UPLINK_NODE_KEY = "uplink-mbps"
+
+
+@dataclasses.dataclass(frozen=True)
+class FedcgConfig:
+    """Keys of FedCG and its baselines (prefix ``fedcg``)."""
+
+    warmup_rounds: int = key(1, "first rounds in which every online client trains (signals)", min=0)
+    warmup_fraction: float = key(
+        1.0, "fraction of online clients that train in a warm-up round", min=0.0, max=1.0)
+    diversity_weight: float = key(
+        1.0, "lam_sel: weight of the facility-location error against round time in J", min=0.0)
+    error_weight: float = key(
+        1.0, "lam_cmp: weight of the compression error sum gamma(1-theta) against round time "
+        "(time in units of the median dense finish time)", min=0.0)
+    theta_min: float = key(0.01, "smallest keep-ratio the LP may give", min=1e-6, max=1.0)
+    uniform_ratio: float = key(
+        0.1, "keep-ratio of fedcg-select-only and random-topk (1 = dense)", min=1e-6, max=1.0)
+    max_iterations: int = key(5, "most selection/LP alternations per round", min=1)
+    lp_form: str = key("tradeoff", "tradeoff: min T + lam*error; budget: max kept under a time "
+                       "budget", choices=("tradeoff", "budget"))
+    time_budget: float = key(
+        1.0, "round-time budget for lp-form=budget, in units of the median dense finish time",
+        min=0.0)
+    client_weights: str = key(
+        "uniform", "weight of a client in facility location and aggregation: uniform (paper) "
+        "or examples (data size)", choices=("uniform", "examples"))
+    error_feedback: bool = key(True, "clients keep the top-k residual (error feedback)")
+    server_lr: float = key(1.0, "server step on the weighted sum of decoded updates", min=0.0)
+    system: str = key("simulated", "simulated: seeded profile; measured: nodes report step time "
+                      "and uplink", choices=("simulated", "measured"))
+    step_time_min: float = key(0.1, "simulated seconds per local step: lower end", min=0.0)
+    step_time_max: float = key(0.5, "simulated seconds per local step: upper end", min=0.0)
+    step_time_dist: str = key("uniform", "distribution of the step time",
+                              choices=("uniform", "loguniform"))
+    uplink_min_mbps: float = key(1.0, "simulated uplink Mb/s: lower end", min=1e-6)
+    uplink_max_mbps: float = key(5.0, "simulated uplink Mb/s: upper end", min=1e-6)
+    uplink_dist: str = key("uniform", "distribution of the uplink",
+                           choices=("uniform", "loguniform"))
+    uplink_per_round: bool = key(True, "redraw every client's uplink every round")
+    virtual_params: int = key(
+        0, "model size (coordinates) charged in the time model; 0 = the real model", min=0)
+    charge_index_bits: bool = key(
+        True, "charge ceil(log2 d) index bits per kept coordinate in the time model")
+    measured_smoothing: float = key(
+        0.5, "weight of a node's new report in the measured estimates", min=0.0, max=1.0)
+
+
+def flatten(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Concatenate named arrays into one float32 vector (in mapping order)."""
+    if not arrays:
+        return np.zeros(0, dtype=np.float32)
+    return np.concatenate([np.asarray(a, dtype=np.float32).ravel() for a in arrays.values()])
+
+
+def unflatten(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Split ``vector`` into arrays shaped (and typed) like ``like``."""
+    out: dict[str, np.ndarray] = {}
+    pos = 0
+    for name, ref in like.items():
+        n = int(ref.size)
+        out[name] = vector[pos:pos + n].reshape(ref.shape).astype(ref.dtype)
+        pos += n
+    if pos != vector.size:
+        raise ValueError(f"vector has {vector.size} entries, the arrays {pos}")
+    return out
+
+
+def wire_compressor(ratio: float, dim: int) -> Compressor:
+    """Return the wire compressor at ``ratio``: identity if every coordinate is kept, else top-k."""
+    k = count_for(ratio, 0, dim)
+    return Identity() if k >= dim else TopK(k=k)
+
+
+def local_steps(common: Any, num_examples: int) -> int:
+    """Local steps a client runs (``local-steps``, or ``local-epochs`` passes of batches)."""
+    if common.local_steps > 0:
+        return int(common.local_steps)
+    return max(1, int(common.local_epochs) * math.ceil(max(num_examples, 1) / common.batch_size))
+
+
+class FedCG(ModelStrategy):
+    """FedCG server (and, through ``selection``/``ratios``, its ablation baselines).
+
+    Parameters
+    ----------
+    setup : StrategySetup
+        Resolved configuration with a ``fedcg`` section and the task's initial model.
+    selection : str
+        ``facility-location`` (FedCG) or ``random``.
+    ratios : str
+        ``lp`` (FedCG) or ``uniform``.
+
+    """
+
+    reply_records = (PAYLOAD_RECORD, "metrics")
+
+    def __init__(self, setup: StrategySetup, selection: str = "facility-location",
+                 ratios: str = "lp") -> None:
+        super().__init__(setup)
+        self.cfg: FedcgConfig = setup.sections["fedcg"]
+        bad = [k for k, a in self.weights.items() if not np.issubdtype(a.dtype, np.floating)]
+        if bad:
+            raise ValueError(f"FedCG compresses float models only; non-float arrays: {bad}")
+        self.dim = int(sum(a.size for a in self.weights.values()))
+        cfg = self.cfg
+        charged = cfg.virtual_params or self.dim
+        self.time_model = TimeModel(
+            params=charged, index_bits=index_width(charged) if cfg.charge_index_bits else 0)
+        self.profile = SimulatedProfile(
+            seed=self.common.seed, step_time_min=cfg.step_time_min,
+            step_time_max=max(cfg.step_time_max, cfg.step_time_min),
+            step_time_dist=cfg.step_time_dist, uplink_min_mbps=cfg.uplink_min_mbps,
+            uplink_max_mbps=max(cfg.uplink_max_mbps, cfg.uplink_min_mbps),
+            uplink_dist=cfg.uplink_dist, uplink_per_round=cfg.uplink_per_round)
+        self.measured = MeasuredProfile(
+            smoothing=cfg.measured_smoothing,
+            fallback_step_time=(cfg.step_time_min + cfg.step_time_max) / 2,
+            fallback_uplink_mbps=(cfg.uplink_min_mbps + cfg.uplink_max_mbps) / 2)
+        self.settings = fedcg_plan.PlanSettings(
+            selection=selection, ratios=ratios, lam_sel=cfg.diversity_weight,
+            lam_cmp=cfg.error_weight, theta_min=cfg.theta_min, uniform_ratio=cfg.uniform_ratio,
+            max_iterations=cfg.max_iterations, lp_form=cfg.lp_form, budget=cfg.time_budget)
+        # Server state (checkpointed).
+        self.signals: dict[int, np.ndarray] = {}
+        self.last_ratio: dict[int, float] = {}
+        self.sim_time = 0.0
+        self.time_after: dict[int, float] = {}
+        self.accuracy: dict[int, float] = {}
+        # The plan of the round in progress (transient: only aggregate_round commits it).
+        self._plan: fedcg_plan.RoundPlan | None = None
+        self._plan_round = 0
+        self._decoded: dict[int, np.ndarray] = {}
+
+    # ------------------------------------------------------------------ planning
+    def _system(self) -> SimulatedProfile | MeasuredProfile:
+        return self.profile if self.cfg.system == "simulated" else self.measured
+
+    def steps_of(self, pid: int) -> int:
+        """Local steps of ``pid`` (from its data size learnt at hello)."""
+        return local_steps(self.common, self.sizes.get(pid, 0))
+
+    def client_times(self, rnd: int, pids: list[int]) -> fedcg_plan.ClientTimes:
+        """Compute and dense-upload seconds of each candidate this round."""
+        sysm = self._system()
+        compute = [self.time_model.compute_s(self.steps_of(p), sysm.step_time(p)) for p in pids]
+        upload = [self.time_model.upload_s(sysm.uplink_bps(p, rnd)) for p in pids]
+        return fedcg_plan.ClientTimes(list(pids), np.array(compute), np.array(upload))
+
+    def client_weight(self, pid: int) -> float:
+        """Weight of a client in facility location and aggregation."""
+        if self.cfg.client_weights == "examples":
+            return float(max(self.sizes.get(pid, 1), 1))
+        return 1.0
+
+    def choose_partitions(self, rnd: int, available: list[int]) -> list[int]:
+        """Plan the round (selection and ratios) and return the selected partitions."""
+        k = self.sample_size(rnd, len(available))
+        rng = np.random.default_rng([self.common.seed, rnd, 7])
+        s = self.settings
+        if s.selection == "random":
+            times = self.client_times(rnd, available)
+            sizes = {p: float(max(self.sizes.get(p, 1), 1)) for p in available}
+            plan = fedcg_plan.plan_random(times, k, sizes, s, rng)
+        elif rnd <= self.cfg.warmup_rounds:
+            n = max(1, math.ceil(self.cfg.warmup_fraction * len(available)))
+            members = sorted(available) if n >= len(available) else sorted(
+                int(available[i]) for i in rng.choice(len(available), size=n, replace=False))
+            weights = {p: self.client_weight(p) for p in members}
+            plan = fedcg_plan.plan_everyone(self.client_times(rnd, members), weights, s)
+        else:
+            times = self.client_times(rnd, available)
+            weights = {p: self.client_weight(p) for p in set(available) | set(self.signals)}
+            plan = fedcg_plan.plan_joint(times, k, self.signals, weights, self.last_ratio, s, rng)
+        self._plan, self._plan_round = plan, rnd
+        self._decoded = {}
+        return plan.selected
+
+    def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
+        """Send the global model and each selected client's keep-ratio."""
+        if self._plan is None or self._plan_round != rnd:
+            self.choose_partitions(rnd, partitions)
+        plan = self._plan
+        assert plan is not None
+        out = {}
+        for pid in partitions:
+            if pid not in plan.theta:
+                raise ValueError(f"partition {pid} is not in round {rnd}'s plan")
+            content = self.model_message(rnd)
+            config = content["config"]
+            assert isinstance(config, ConfigRecord)
+            config[RATIO_KEY] = float(plan.theta[pid])
+            out[pid] = content
+        return out
+
+    # ------------------------------------------------------------------ replies
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
+        """Check the payload decodes at the client's ratio with no more coordinates than allowed."""
+        plan = self._plan
+        if plan is None or partition_id not in plan.theta:
+            raise v.InvalidReply(f"partition {partition_id} was not selected this round")
+        comp = wire_compressor(plan.theta[partition_id], self.dim)
+        if isinstance(comp, TopK):
+            rec = v.array_record(content, PAYLOAD_RECORD)
+            sent = rec["values"].numpy().size if "values" in rec else 0
+            allowed = comp.count(self.dim)
+            if sent > allowed:
+                raise v.InvalidReply(f"{sent} coordinates sent, the ratio allows {allowed}")
+        try:
+            vec = decode_record(content, comp, (self.dim,), PAYLOAD_RECORD)
+        except PayloadError as exc:
+            raise v.InvalidReply(f"{PAYLOAD_RECORD}: {exc}") from exc
+        v.num_examples(content)
+        rec_m = v.metric_record(content)
+        if "train_loss" in rec_m:
+            v.metric(content, "train_loss")
+        if STEP_TIME_METRIC in rec_m:
+            v.metric(content, STEP_TIME_METRIC, min=0.0)
+        if UPLINK_METRIC in rec_m:
+            v.metric(content, UPLINK_METRIC, min=1e-9)
+        self._decoded[partition_id] = vec
+
+    def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
+        """Add the decoded updates weighted by the clients they represent; commit the plan."""
+        plan = self._plan
+        assert plan is not None
+        gamma = np.array([plan.gamma[r.partition_id] for r in replies], dtype=np.float64)
+        gamma = gamma / gamma.sum() if gamma.sum() > 0 else np.full(len(replies), 1 / len(replies))
+        update = np.zeros(self.dim, dtype=np.float64)
+        for g, r in zip(gamma, replies, strict=True):
+            update += g * self._decoded[r.partition_id]
+        flat = flatten(self.weights).astype(np.float64) + self.cfg.server_lr * update
+        self.weights = unflatten(flat.astype(np.float32), self.weights)
+        for r in replies:
+            self.signals[r.partition_id] = self._decoded[r.partition_id].astype(np.float32)
+            if self.cfg.system == "measured":
+                m = r.content["metrics"]
+                step = float(m[STEP_TIME_METRIC]) if STEP_TIME_METRIC in m else None  # type: ignore[arg-type]
+                up = float(m[UPLINK_METRIC]) if UPLINK_METRIC in m else None  # type: ignore[arg-type]
+                self.measured.report(r.partition_id, step, up)
+        for pid, theta in plan.theta.items():
+            self.last_ratio[pid] = theta
+        finish = self.finish_times(rnd, plan)
+        t_round, gap = round_time(finish.values())
+        self.sim_time += t_round
+        self.time_after[rnd] = self.sim_time
+        self._decoded = {}
+        loss = [(float(r.content["metrics"]["train_loss"]),  # type: ignore[arg-type]
+                 float(r.content["metrics"]["num-examples"]))  # type: ignore[arg-type]
+                for r in replies if "train_loss" in r.content["metrics"]]  # type: ignore[operator]
+        metrics = {
+            "sim_round_time_s": t_round,
+            "sim_time_cum_s": self.sim_time,
+            "straggler_gap_s": gap,
+            "mean_ratio": float(np.mean(list(plan.theta.values()))),
+            "selected": float(len(plan.selected)),
+            "plan_iterations": float(plan.iterations),
+        }
+        if not math.isnan(plan.objective):
+            metrics["plan_objective"] = plan.objective
+        if loss:
+            w = sum(n for _, n in loss)
+            metrics["train_loss"] = sum(val * n for val, n in loss) / w
+        return metrics
+
+    def finish_times(self, rnd: int, plan: fedcg_plan.RoundPlan) -> dict[int, float]:
+        """Finish time of every selected client with its exact payload (the round's clock)."""
+        sysm = self._system()
+        return {p: self.time_model.finish_s(self.steps_of(p), sysm.step_time(p),
+                                            sysm.uplink_bps(p, rnd), plan.theta[p])
+                for p in plan.selected}
+
+    # ------------------------------------------------------------------ results and state
+    def observe_evaluation(self, rnd: int, metrics: Mapping[str, float]) -> None:
+        """Remember the round's accuracy (for the simulated time to the target)."""
+        if "accuracy" in metrics:
+            self.accuracy[rnd] = float(metrics["accuracy"])
+
+    def time_to_target(self, target: float) -> float | None:
+        """Return the simulated seconds until the evaluated accuracy first reached ``target``."""
+        if target <= 0:
+            return None
+        for rnd in sorted(self.accuracy):
+            if self.accuracy[rnd] >= target and rnd in self.time_after:
+                return self.time_after[rnd]
+        return None
+
+    def summary_extras(self) -> dict[str, dict[str, Any]]:
+        """``time.sim_time_s`` and ``time.sim_time_to_target_s`` for summary.json."""
+        return {"time": {"sim_time_s": round(self.sim_time, 6),
+                         "sim_time_to_target_s": self.time_to_target(
+                             self.common.target_accuracy)}}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, signals, last ratios, simulated clock, accuracy history, measured estimates."""
+        return {
+            **super().state_dict(),
+            "fedcg": {
+                "signals": {str(p): a for p, a in self.signals.items()},
+                "last_ratio": {str(p): t for p, t in self.last_ratio.items()},
+                "sim_time": self.sim_time,
+                "time_after": {str(r): t for r, t in self.time_after.items()},
+                "accuracy": {str(r): a for r, a in self.accuracy.items()},
+                "measured": self.measured.state_dict(),
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        s = state["fedcg"]
+        self.signals = {int(p): np.asarray(a, dtype=np.float32) for p, a in s["signals"].items()}
+        self.last_ratio = {int(p): float(t) for p, t in s["last_ratio"].items()}
+        self.sim_time = float(s["sim_time"])
+        self.time_after = {int(r): float(t) for r, t in s["time_after"].items()}
+        self.accuracy = {int(r): float(a) for r, a in s["accuracy"].items()}
+        self.measured.load_state_dict(s["measured"])
+        self._plan = None
+
+
+def build(setup: StrategySetup) -> FedCG:
+    """Strategy factory of ``fedcg``: facility-location selection and LP ratios."""
+    return FedCG(setup, "facility-location", "lp")
+
+
+def build_select_only(setup: StrategySetup) -> FedCG:
+    """``fedcg-select-only``: FedCG's selection, one uniform ratio (``fedcg.uniform-ratio``)."""
+    return FedCG(setup, "facility-location", "uniform")
+
+
+def build_lp_only(setup: StrategySetup) -> FedCG:
+    """``fedcg-lp-only``: seeded random selection, FedCG's LP ratios."""
+    return FedCG(setup, "random", "lp")
+
+
+def build_random_topk(setup: StrategySetup) -> FedCG:
+    """``random-topk``: seeded random selection, uniform top-k (ratio 1 = FedAvg)."""
+    return FedCG(setup, "random", "uniform")
