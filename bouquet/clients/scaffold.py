@@ -1,0 +1,182 @@
+"""Node side of SCAFFOLD, single-uplink SCAFFOLD, SCALLION and SCAFCOM.
+
+See :mod:`bouquet.strategies.scaffold` for the algorithms and the papers. Each client:
+
+1. commits or discards the state staged for its previous reply (``commit-round``,
+   :mod:`bouquet.clients.staged_state`); a client never selected before starts from zero state;
+2. runs ``K`` local SGD steps from ``x`` with the corrected gradient ``g(y) - c_i + c``;
+3. computes its uplink vector(s), compresses them with the section's compressor, and stages its
+   new ``c_i`` (and ``v_i``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Context, Message, MetricRecord, RecordDict
+from torch import nn
+
+from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
+from bouquet.clients.staged_state import StagedState
+from bouquet.compression import Compressor, make_compressor, to_array_record
+from bouquet.strategies.flat import Layout
+from bouquet.strategies.model import to_numpy
+from bouquet.strategies.scaffold import CONTROL_KEY, CONTROL_RECORD, control_step
+from bouquet.strategies.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
+from bouquet.tasks.classification import generator, get_arrays
+
+#: Stream tag of the compressor's random generator (distinct from the data shuffling stream).
+_COMPRESSOR_STREAM = 0x5CAF
+
+
+class LocalRound:
+    """What one local round produced: the flat model before and after, and K."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, steps: int, lr: float,
+                 stats: dict[str, float]) -> None:
+        self.x, self.y, self.steps, self.lr, self.stats = x, y, steps, lr, stats
+
+    def mean_direction(self) -> np.ndarray:
+        """``(x - y) / (K eta_l)`` in float64: the mean corrected gradient of the round."""
+        return (self.x.astype(np.float64) - self.y) / (self.steps * self.lr)
+
+
+class VectorClient(ClientProcedure):
+    """Base: local SGD (optionally control-corrected), then compressed vector(s) up.
+
+    Subclasses set :attr:`prefix` (config section) and implement :meth:`uplink`.
+    """
+
+    prefix: str = ""
+    #: Whether the local steps use the control correction ``c - c_i``.
+    corrected: bool = False
+
+    def compressor(self, section: Any) -> Compressor:
+        """Build the uplink compressor of this method."""
+        return uplink_compressor(section)
+
+    def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
+               section: Any, comp: Compressor, rng: np.random.Generator
+               ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """Return ``({record name: payload}, new state)``."""
+        raise NotImplementedError
+
+    def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
+        """One round: resolve state, train, compress, stage the new state."""
+        cfg = message_config(msg)
+        rnd = int(cfg["server-round"])  # type: ignore[arg-type]
+        method = str(cfg.get("method", self.prefix))
+        section = env.section(self.prefix)
+        x_arrays = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
+        layout = Layout.of(x_arrays)
+        store = StagedState(context, method)
+        state = store.resolve(int(cfg.get(COMMIT_ROUND, 0)))  # type: ignore[arg-type]
+        c = None
+        if self.corrected:
+            c = msg.content[CONTROL_RECORD][CONTROL_KEY].numpy()  # type: ignore[index,union-attr]
+            if c.shape != (layout.size,):
+                raise ValueError(f"control of shape {c.shape}, model has {layout.size} values")
+            c_i = state.get("c", np.zeros(layout.size, dtype=np.float32))
+            hook = control_correction(layout, c - c_i)
+        else:
+            hook = None
+        model = env.task.model_from(x_arrays)
+        local = env.local_data()
+        stats = env.task.train(model, local, env.common,
+                               generator(env.common.seed, rnd, env.partition_id),
+                               correct_grad=hook)
+        steps = int(stats.pop("steps"))
+        run = LocalRound(layout.flatten(x_arrays), layout.flatten(get_arrays(model)), steps,
+                         env.common.lr, stats)
+        rng = np.random.default_rng([env.common.seed, rnd, env.partition_id, _COMPRESSOR_STREAM])
+        payloads, new_state = self.uplink(run, state, c, section, self.compressor(section), rng)
+        content = RecordDict({name: to_array_record(p) for name, p in payloads.items()})
+        content["metrics"] = MetricRecord(
+            {**stats, "num-examples": local.num_train, STEPS_METRIC: steps})
+        store.stage(rnd, new_state)
+        return content
+
+
+def control_correction(layout: Layout, correction: np.ndarray) -> Any:
+    """Build a ``correct_grad`` hook adding ``c - c_i`` to every parameter's gradient."""
+    by_name = {k: torch.from_numpy(a.copy()) for k, a in layout.unflatten(correction).items()}
+
+    def hook(model: nn.Module) -> None:
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                p.grad.add_(by_name[name])
+
+    return hook
+
+
+class ScaffoldClient(VectorClient):
+    """SCAFFOLD (option II): two dense vectors, ``dy = y - x`` and ``dc = c_i+ - c_i``."""
+
+    prefix = "scaffold"
+    corrected = True
+
+    def compressor(self, section: Any) -> Compressor:
+        """Dense uplink."""
+        return make_compressor("identity")
+
+    def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
+               section: Any, comp: Compressor, rng: np.random.Generator
+               ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """``dc = (x - y)/(K eta_l) - c``; ``c_i <- c_i + dc``."""
+        assert c is not None
+        c_i = state.get("c", np.zeros_like(c))
+        dc = (run.mean_direction() - c).astype(np.float32)
+        dy = (run.y - run.x).astype(np.float32)
+        return ({"payload": comp.compress(dy, rng), "payload-c": comp.compress(dc, rng)},
+                {"c": (c_i + dc).astype(np.float32)})
+
+
+class SingleUplinkClient(VectorClient):
+    """Single-uplink SCAFFOLD and SCALLION: send ``C(delta)``, ``c_i <- c_i + alpha C(delta)``."""
+
+    prefix = "scaffold"
+    corrected = True
+
+    def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
+               section: Any, comp: Compressor, rng: np.random.Generator
+               ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """``delta = (x - y)/(K eta_l) - c = gbar_i - c_i``."""
+        assert c is not None
+        c_i = state.get("c", np.zeros_like(c))
+        delta = (run.mean_direction() - c).astype(np.float32)
+        payload = comp.compress(delta, rng)
+        alpha = control_step(section, comp, delta.size)
+        new_c = (c_i + np.float32(alpha) * comp.decompress(payload)).astype(np.float32)
+        return {"payload": payload}, {"c": new_c}
+
+
+class ScallionClient(SingleUplinkClient):
+    """SCALLION's node side (section ``scallion``)."""
+
+    prefix = "scallion"
+
+
+class ScafcomClient(VectorClient):
+    """SCAFCOM: momentum ``v_i`` of the mean local gradient, send ``C(v_i - c_i)``."""
+
+    prefix = "scafcom"
+    corrected = True
+
+    def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
+               section: Any, comp: Compressor, rng: np.random.Generator
+               ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        """``v <- (1-beta) v + beta gbar``; ``q = C(v - c_i)``; ``c_i <- c_i + alpha q``."""
+        assert c is not None
+        c_i = state.get("c", np.zeros_like(c)).astype(np.float64)
+        gbar = run.mean_direction() - c + c_i
+        if "v" in state:
+            v = (1.0 - section.beta) * state["v"] + section.beta * gbar
+        else:
+            v = gbar if section.momentum_init == "first" else section.beta * gbar
+        payload = comp.compress((v - c_i).astype(np.float32), rng)
+        alpha = control_step(section, comp, c.size)
+        new_c = (c_i.astype(np.float32) + np.float32(alpha) * comp.decompress(payload))
+        return {"payload": payload}, {"c": new_c.astype(np.float32),
+                                      "v": v.astype(np.float32)}

@@ -1,0 +1,239 @@
+"""SCAFFOLD, single-uplink SCAFFOLD, SCALLION and SCAFCOM (server side).
+
+References
+----------
+* Karimireddy, Kale, Mohri, Reddi, Stich, Suresh. "SCAFFOLD: Stochastic Controlled Averaging for
+  Federated Learning." ICML 2020.
+* Huang, Li, Li. "Stochastic Controlled Averaging for Federated Learning with Communication
+  Compression." ICLR 2024 (arXiv 2308.08165): SCALLION and SCAFCOM.
+
+Server state: the global model ``x`` and the global control ``c`` (a flat float32 vector over
+every model coordinate, zero at the start). Clients keep ``c_i`` (and SCAFCOM's momentum ``v_i``)
+in their ``context.state``.
+
+**SCAFFOLD** (two uplink vectors, option II). A client runs ``K`` steps of
+``y <- y - eta_l (g(y) - c_i + c)`` from ``x``, sets ``c_i+ = c_i - c + (x - y) / (K eta_l)`` and
+sends ``dy = y - x`` and ``dc = c_i+ - c_i``. The server applies
+``x <- x + eta_g mean(dy)`` and ``c <- c + (1/N) sum(dc)``.
+
+**Single uplink** (the ICLR'24 reformulation). Since ``dy_i = -K_i eta_l (c + dc_i)``, one vector
+``delta_i = (x - y_i) / (K_i eta_l) - c`` suffices:
+``x <- x - eta_g eta_l mean(K_i (c + delta_i))`` and ``c <- c + (alpha/N) sum(delta_i)``. With
+``K_i = K`` for all clients the model step is ``gamma (c + mean delta)`` with
+``gamma = eta_g eta_l K`` (reconstructed scaling; ``server-step='global-lr'`` uses
+``eta_g (c + mean delta)`` instead, as a third-party Flower port does).
+
+**SCALLION**: the client sends ``C(delta_i)`` with an unbiased compressor and sets
+``c_i <- c_i + alpha C(delta_i)``; the server uses the decoded vectors in both updates.
+
+**SCAFCOM**: the client keeps a momentum ``v_i <- (1 - beta) v_i + beta gbar_i`` of its mean
+local gradient ``gbar_i = (x - y) / (K eta_l) - c + c_i`` and sends ``C(v_i - c_i)`` with a biased
+(contractive) compressor; ``c_i <- c_i + alpha C(v_i - c_i)``. The server is SCALLION's.
+
+The placement of the momentum, the initial ``v_i``, the default ``alpha`` and the step scaling
+are reconstructions (the paper's text was not available); see docs/methods/scafcom.md.
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+from bouquet.compression import PAYLOAD_RECORD, Compressor, make_compressor
+from bouquet.schema import key
+from bouquet.strategies.base import NodeReply, StrategySetup
+from bouquet.strategies.uplink import STEPS_METRIC, UplinkCompression, VectorUplinkStrategy
+
+#: Downlink record holding the global control variate (one array, :data:`CONTROL_KEY`).
+CONTROL_RECORD = "control"
+CONTROL_KEY = "c"
+#: SCAFFOLD's second uplink vector (the control update ``dc``).
+CONTROL_PAYLOAD_RECORD = "payload-c"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaffoldConfig:
+    """Keys of SCAFFOLD and single-uplink SCAFFOLD (prefix ``scaffold``)."""
+
+    server_lr: float = key(1.0, "global step size eta_g", min=0.0)
+    server_step: str = key(
+        "local-steps",
+        "single-uplink model step: local-steps = eta_g eta_l mean(K_i (c + delta_i)) (exactly "
+        "SCAFFOLD); global-lr = eta_g (c + mean delta_i)",
+        choices=("local-steps", "global-lr"))
+    num_clients: int = key(0, "N in c <- c + (alpha/N) sum delta; 0 means the nodes known", min=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScallionConfig(UplinkCompression, ScaffoldConfig):
+    """Keys of SCALLION (prefix ``scallion``): single uplink + unbiased compression."""
+
+    compressor: str = key("randk", "uplink compressor (unbiased ones: randk, qsgd, identity)",
+                          choices=("identity", "randk", "qsgd", "topk", "sign", "fedzip",
+                                   "sparseloco"))
+    alpha: float = key(
+        0.0, "control step alpha in c_i <- c_i + alpha C(delta); 0 means 1/(1 + omega) for an "
+        "unbiased compressor and 1 for a biased one", min=0.0, max=1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScafcomConfig(UplinkCompression, ScaffoldConfig):
+    """Keys of SCAFCOM (prefix ``scafcom``): single uplink + biased compression + momentum."""
+
+    alpha: float = key(
+        0.0, "control step alpha in c_i <- c_i + alpha C(v_i - c_i); 0 means 1 for a biased "
+        "compressor and 1/(1 + omega) for an unbiased one", min=0.0, max=1.0)
+    beta: float = key(0.2, "momentum weight: v_i <- (1 - beta) v_i + beta gbar_i", min=0.0,
+                      max=1.0)
+    momentum_init: str = key(
+        "zero", "v_i before a client's first round: zero, or its first gbar_i (reconstructed)",
+        choices=("zero", "first"))
+
+
+def control_step(section: Any, compressor: Compressor, d: int) -> float:
+    """Alpha: the configured value, or the automatic one (1/(1+omega) unbiased, 1 biased)."""
+    alpha = float(getattr(section, "alpha", 1.0))
+    if alpha > 0:
+        return alpha
+    g = compressor.guarantee(d)
+    return 1.0 / (1.0 + float(g.omega)) if g.unbiased and g.omega is not None else 1.0
+
+
+class _ControlStrategy(VectorUplinkStrategy):
+    """Model and global control ``c``; sends both down."""
+
+    def __init__(self, setup: StrategySetup) -> None:
+        super().__init__(setup)
+        self.c = np.zeros(self.layout.size, dtype=np.float32)
+
+    def downlink(self, rnd: int, partition_id: int) -> dict[str, Any]:
+        """Send the global control variate."""
+        return {CONTROL_RECORD: ArrayRecord({CONTROL_KEY: Array(self.c)})}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the base state plus ``c``."""
+        return {**super().state_dict(), "control": self.c.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        self.c = np.asarray(state["control"], dtype=np.float32).copy()
+
+
+class Scaffold(_ControlStrategy):
+    """SCAFFOLD with two dense uplink vectors ``dy`` and ``dc`` (option II controls)."""
+
+    prefix = "scaffold"
+    payloads = (PAYLOAD_RECORD, CONTROL_PAYLOAD_RECORD)
+
+    def make_compressor(self) -> Compressor:
+        """Both vectors travel dense."""
+        return make_compressor("identity")
+
+    def apply(self, rnd: int, vectors: list[list[np.ndarray]], replies: list[NodeReply]
+              ) -> dict[str, float]:
+        """``x += eta_g mean(dy)``; ``c += (1/N) sum(dc)``."""
+        dy = np.mean([vec[0] for vec in vectors], axis=0, dtype=np.float64)
+        dc = np.sum([vec[1] for vec in vectors], axis=0, dtype=np.float64)
+        self.move_model(self.cfg.server_lr * dy)
+        self.c = (self.c + dc / self.num_clients()).astype(np.float32)
+        return {"control_norm": float(np.linalg.norm(self.c))}
+
+
+class SingleUplink(_ControlStrategy):
+    """Single-uplink server shared by scaffold-1up, SCALLION and SCAFCOM."""
+
+    prefix = "scaffold"
+
+    def __init__(self, setup: StrategySetup) -> None:
+        super().__init__(setup)
+        self.alpha = control_step(self.cfg, self.compressor, self.layout.size)
+
+    def apply(self, rnd: int, vectors: list[list[np.ndarray]], replies: list[NodeReply]
+              ) -> dict[str, float]:
+        """Model step from ``c + delta_i``; ``c += (alpha/N) sum(delta_i)``."""
+        deltas = np.stack([vec[0] for vec in vectors]).astype(np.float64)
+        c = self.c.astype(np.float64)
+        if self.cfg.server_step == "local-steps":
+            k = self.steps(replies)[:, None]
+            step = -self.cfg.server_lr * self.common.lr * np.mean(k * (c + deltas), axis=0)
+        else:
+            step = -self.cfg.server_lr * (c + deltas.mean(axis=0))
+        self.move_model(step)
+        self.c = (c + self.alpha * deltas.sum(axis=0) / self.num_clients()).astype(np.float32)
+        return {"control_norm": float(np.linalg.norm(self.c))}
+
+
+class Scallion(SingleUplink):
+    """SCALLION: single uplink with (unbiased) compression."""
+
+    prefix = "scallion"
+
+
+class Scafcom(SingleUplink):
+    """SCAFCOM: single uplink with (biased) compression; momentum lives on the clients."""
+
+    prefix = "scafcom"
+
+
+def build_scaffold(setup: StrategySetup) -> Scaffold:
+    """Strategy factory of ``scaffold``."""
+    return Scaffold(setup)
+
+
+def build_single_uplink(setup: StrategySetup) -> SingleUplink:
+    """Strategy factory of ``scaffold-1up``."""
+    return SingleUplink(setup)
+
+
+def build_scallion(setup: StrategySetup) -> Scallion:
+    """Strategy factory of ``scallion``."""
+    return Scallion(setup)
+
+
+def build_scafcom(setup: StrategySetup) -> Scafcom:
+    """Strategy factory of ``scafcom``."""
+    return Scafcom(setup)
+
+
+def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
+    """Malformed variants of a valid reply for the conformance suite.
+
+    Covers payloads that do not decode: a value missing, a shape that lies, an extra field, an
+    index out of range (top-k family), a second seed (rand-k), zero local steps.
+    """
+    rec = content[PAYLOAD_RECORD]
+    fields = {k: rec[k].numpy() for k in rec.keys()}  # type: ignore[union-attr]
+
+    def with_fields(**changes: np.ndarray) -> RecordDict:
+        out = RecordDict()
+        for name, r in content.items():
+            if name == PAYLOAD_RECORD:
+                new = {**fields, **changes}
+                r = ArrayRecord({k: Array(np.ascontiguousarray(a)) for k, a in new.items()})
+            out[name] = r
+        return out
+
+    cases = [("shape lies", with_fields(shape=fields["shape"] + 1)),
+             ("extra field", with_fields(junk=np.zeros(1, dtype=np.float32)))]
+    if "values" in fields and fields["values"].size:
+        cases.append(("value missing", with_fields(values=fields["values"][:-1])))
+    if "indices" in fields and fields["indices"].size:
+        cases.append(("index out of range",
+                      with_fields(indices=np.full_like(fields["indices"], 0xFF))))
+    if "seed" in fields:
+        cases.append(("two seeds", with_fields(seed=np.repeat(fields["seed"], 2))))
+    for packed in ("signs", "levels", "codes", "flags", "gaps"):
+        if packed in fields and fields[packed].size:
+            cases.append((f"{packed} truncated", with_fields(**{packed: fields[packed][:-1]})))
+    metrics = dict(content.metric_records["metrics"])
+    metrics[STEPS_METRIC] = 0
+    zero_steps = RecordDict({n: r for n, r in content.items() if n != "metrics"})
+    zero_steps["metrics"] = MetricRecord(metrics)
+    cases.append(("zero local steps", zero_steps))
+    return cases

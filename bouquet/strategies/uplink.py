@@ -1,0 +1,176 @@
+"""Shared server machinery for methods whose clients send compressed vectors over the model.
+
+:class:`VectorUplinkStrategy` holds the global model (as :class:`ModelStrategy` does), builds the
+uplink compressor from the method's config section, decodes and checks every reply's payload
+records (a payload that does not decode, has the wrong length or non-finite values is rejected),
+and remembers, per client, the last round whose reply was aggregated (``accepted``). That round
+travels down as ``commit-round`` so the client can commit or discard the state it staged for its
+previous reply: a lost or rejected reply never leaves client state that the server did not see
+(see :mod:`bouquet.clients.staged_state`).
+
+:class:`UplinkCompression` is the config mixin naming the uplink compressor and its parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import RecordDict
+
+from bouquet.compression import (
+    COMPRESSORS,
+    PAYLOAD_RECORD,
+    Compressor,
+    PayloadError,
+    decode_record,
+    make_compressor,
+)
+from bouquet.schema import key
+from bouquet.strategies import validation as v
+from bouquet.strategies.base import NodeReply, StrategySetup, weighted_metrics
+from bouquet.strategies.flat import Layout
+from bouquet.strategies.model import ModelStrategy
+
+#: Message config key: the last round whose reply from this client the server aggregated.
+COMMIT_ROUND = "commit-round"
+#: Integer metric every reply carries: local optimiser steps taken (K_i).
+STEPS_METRIC = "local-steps"
+
+
+@dataclasses.dataclass(frozen=True)
+class UplinkCompression:
+    """Config keys choosing the uplink compressor (shared by the compressed methods)."""
+
+    compressor: str = key("topk", "uplink compressor", choices=tuple(COMPRESSORS))
+    compressor_ratio: float = key(
+        0.02, "fraction kept by topk / randk / fedzip (and sparseloco when compressor-k is 0)",
+        min=1e-6, max=1.0)
+    compressor_k: int = key(
+        0, "absolute k for topk / randk, k per chunk for sparseloco; 0 means use the ratio", min=0)
+    compressor_levels: int = key(4, "QSGD levels s", min=1)
+    compressor_bucket: int = key(512, "QSGD bucket size", min=1)
+    compressor_chunk: int = key(4096, "SparseLoCo chunk size", min=1)
+    compressor_bits: int = key(2, "SparseLoCo quantiser bits", min=1, max=8)
+
+
+def uplink_compressor(section: Any) -> Compressor:
+    """Build the compressor a config section names (identity when it has no compressor keys)."""
+    name = getattr(section, "compressor", "identity")
+    ratio, k = getattr(section, "compressor_ratio", 0.0), getattr(section, "compressor_k", 0)
+    params: dict[str, Any] = {
+        "topk": {"ratio": ratio, "k": k},
+        "randk": {"ratio": ratio, "k": k},
+        "fedzip": {"ratio": ratio},
+        "qsgd": {"levels": getattr(section, "compressor_levels", 4),
+                 "bucket": getattr(section, "compressor_bucket", 512)},
+        "sparseloco": {"chunk": getattr(section, "compressor_chunk", 4096), "k": k,
+                       "ratio": ratio, "bits": getattr(section, "compressor_bits", 2)},
+    }.get(name, {})
+    return make_compressor(name, **params)
+
+
+class VectorUplinkStrategy(ModelStrategy):
+    """Model + compressed flat-vector replies + per-client commit rounds.
+
+    Subclasses set :attr:`prefix` (their config section) and :attr:`payloads` (the record names
+    of the vectors each reply carries) and implement :meth:`apply`.
+    """
+
+    prefix: str = ""
+    payloads: tuple[str, ...] = (PAYLOAD_RECORD,)
+
+    def __init__(self, setup: StrategySetup) -> None:
+        super().__init__(setup)
+        self.cfg = setup.sections[self.prefix]
+        self.layout = Layout.of(self.weights)
+        self.compressor = self.make_compressor()
+        self.accepted: dict[int, int] = {}
+        self._decoded: dict[int, list[np.ndarray]] = {}
+        self._payload_bytes: dict[int, int] = {}
+        self.reply_records = (*self.payloads, "metrics")
+
+    def make_compressor(self) -> Compressor:
+        """Build the uplink compressor (from the section's keys; identity if it has none)."""
+        return uplink_compressor(self.cfg)
+
+    # ------------------------------------------------------------------ hooks
+    def downlink(self, rnd: int, partition_id: int) -> dict[str, Any]:
+        """Extra records for one client besides ``arrays`` and ``config``."""
+        return {}
+
+    def apply(self, rnd: int, vectors: list[list[np.ndarray]], replies: list[NodeReply]
+              ) -> dict[str, float]:
+        """Update the global state from the decoded vectors (one list per reply)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ BouquetStrategy
+    def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
+        """Global model, the client's commit round, and the method's extra records."""
+        self._decoded, self._payload_bytes = {}, {}
+        out: dict[int, RecordDict] = {}
+        for pid in partitions:
+            content = self.model_message(rnd)
+            content.config_records["config"][COMMIT_ROUND] = self.accepted.get(pid, 0)
+            for name, record in self.downlink(rnd, pid).items():
+                content[name] = record
+            out[pid] = content
+        return out
+
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
+        """Every payload decodes to a finite vector of the model's length; steps and weight ok."""
+        v.num_examples(content)
+        v.metric(content, STEPS_METRIC, kind=int, min=1)
+        decoded = []
+        size = 0
+        for name in self.payloads:
+            try:
+                decoded.append(decode_record(content, self.compressor, (self.layout.size,), name))
+            except PayloadError as exc:
+                raise v.InvalidReply(f"{name}: {exc}") from exc
+            record = content.array_records[name]
+            size += sum(record[k].numpy().nbytes for k in record.keys())
+        self._decoded[partition_id] = decoded
+        self._payload_bytes[partition_id] = size
+
+    def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
+        """Apply the method's rule to the decoded vectors; mark the replies accepted."""
+        vectors = [self._decoded[r.partition_id] for r in replies]
+        metrics = dict(self.apply(rnd, vectors, replies))
+        for r in replies:
+            self.accepted[r.partition_id] = rnd
+        # payload content only (no Flower framing, no metrics): compare with the formulas
+        metrics["uplink_payload_bytes"] = float(
+            sum(self._payload_bytes[r.partition_id] for r in replies))
+        self._decoded, self._payload_bytes = {}, {}
+        metrics.update({f"train_{k}": val for k, val in weighted_metrics(replies).items()
+                        if k != STEPS_METRIC})
+        return metrics
+
+    def steps(self, replies: list[NodeReply]) -> np.ndarray:
+        """K_i of each reply."""
+        return np.asarray([float(r.content["metrics"][STEPS_METRIC])  # type: ignore[index,arg-type]
+                           for r in replies])
+
+    def num_clients(self) -> int:
+        """N: the configured number of clients, else the number of clients known so far."""
+        configured = int(getattr(self.cfg, "num_clients", 0))
+        return configured if configured > 0 else max(len(self.sizes), 1)
+
+    def move_model(self, step: np.ndarray) -> None:
+        """``x <- x + step`` (flat step), keeping dtypes."""
+        new = self.layout.flatten(self.weights) + step.astype(np.float32)
+        arrays = self.layout.unflatten(new)
+        self.weights = {k: arrays[k].astype(self.weights[k].dtype) for k in self.weights}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, base state and the per-client commit rounds."""
+        return {**super().state_dict(),
+                "accepted": {str(k): int(r) for k, r in sorted(self.accepted.items())}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        self.accepted = {int(k): int(r) for k, r in state.get("accepted", {}).items()}
