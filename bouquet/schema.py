@@ -39,6 +39,7 @@ def key(
         The only allowed values.
     min, max : float, optional
         Inclusive bounds for numbers.
+
     """
     meta = {"help": help, "choices": tuple(choices) if choices else None, "min": min, "max": max}
     return dataclasses.field(default=default, metadata=meta)

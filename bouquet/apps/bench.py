@@ -43,6 +43,7 @@ class BenchRun:
     group : str
         Runs with the same group are averaged over seeds in the table (default: the name
         without a trailing ``-s<seed>``).
+
     """
 
     name: str

@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if saved.is_file():
             from omegaconf import OmegaConf
 
-            cfg["method"] = OmegaConf.load(saved)["method"]
+            cfg["method"] = str(OmegaConf.load(saved).get("method"))  # type: ignore[union-attr,arg-type]
     if args.engine == "inprocess":
         from bouquet.apps.local_grid import LocalGrid
         from bouquet.apps.runner import execute

@@ -53,6 +53,7 @@ class RunConfig:
         The registered method.
     flat : dict[str, Scalar]
         Every key of this run as a flat dotted mapping (what ``config.yaml`` holds).
+
     """
 
     common: CommonConfig
@@ -128,7 +129,7 @@ def load_preset(name: str) -> dict[str, Any]:
     data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     if not isinstance(data, dict):
         raise ConfigError(f"preset {name!r}: {path} must hold a mapping")
-    return _flatten(data)
+    return _flatten({str(k): v for k, v in data.items()})
 
 
 def _unknown(name: str, specs: Mapping[str, KeySpec]) -> ConfigError:
@@ -149,6 +150,7 @@ def resolve(run_config: Mapping[str, Any]) -> RunConfig:
     ------
     ConfigError
         For an unknown method, task, preset or key, or a value of the wrong type or range.
+
     """
     specs = all_keys()
     for name in run_config:
@@ -185,7 +187,7 @@ def resolve(run_config: Mapping[str, Any]) -> RunConfig:
             merged[name] = checked
     flat = merged
 
-    common = CommonConfig(**{s.field: flat[s.name] for s in section_keys(CommonConfig)})
+    common = CommonConfig(**{s.field: flat[s.name] for s in section_keys(CommonConfig)})  # type: ignore[arg-type]
     if common.method != method.name:  # a preset changed the method
         raise ConfigError("method: a preset may not change the method")
     task_name = common.task or method.default_task

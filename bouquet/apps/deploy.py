@@ -112,6 +112,7 @@ class LocalFleet:
         TLS and SuperNode authentication (default). False runs everything ``--insecure``.
     workdir : Path, optional
         Where logs, certificates and Flower homes go (a temporary folder by default).
+
     """
 
     def __init__(self, nodes: int, *, secure: bool = True, workdir: Path | None = None) -> None:

@@ -1,4 +1,6 @@
-"""An in-process Grid (tests, quick benchmarks and ``bouquet run --engine inprocess``): the real ClientApp runs inside push_messages, no Ray, no SuperLink.
+"""An in-process Grid for tests, quick benchmarks and ``bouquet run --engine inprocess``.
+
+The real ClientApp runs inside push_messages: no Ray, no SuperLink.
 
 Each simulated node has its own Context (so ``context.state`` behaves as in Flower). Faults can be
 injected per node: ``corrupt[partition_id] = fn(content) -> content`` edits a reply,
@@ -51,13 +53,15 @@ class LocalGrid(Grid):
 
     # Grid API
     def set_run(self, run: Any) -> None:  # pragma: no cover
-        pass
+        """Unused: the in-process grid has no run object."""
 
     @property
     def run(self) -> Any:  # pragma: no cover
+        """Unused: the in-process grid has no run object."""
         return None
 
     def create_message(self, *a: Any, **k: Any) -> Message:  # pragma: no cover
+        """Deprecated in Flower; not supported here."""
         raise NotImplementedError
 
     def get_node_ids(self) -> Iterable[int]:
@@ -65,6 +69,7 @@ class LocalGrid(Grid):
         return [n for n in self.contexts if n not in self.offline]
 
     def get_nodes(self) -> Iterable[Any]:  # pragma: no cover
+        """No NodeInfo records in process."""
         return []
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:

@@ -61,6 +61,7 @@ class Method:
         Optional ``"module:callable"``; the callable takes a valid reply ``RecordDict`` and returns
         ``[(label, RecordDict), ...]`` of method-specific malformed replies (an index out of range,
         a matrix that is not symmetric...) that the strategy must reject.
+
     """
 
     name: str
@@ -103,6 +104,7 @@ class TaskSpec:
         Configuration sections of the task, by prefix.
     extra : str
         The pip extra the task needs.
+
     """
 
     name: str

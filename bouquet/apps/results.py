@@ -62,6 +62,7 @@ class ResultsWriter:
         The resolved configuration.
     headline : list[str]
         Metric names that go into ``final``/``best`` (the task's evaluation metrics).
+
     """
 
     def __init__(self, run_dir: Path, config_yaml: str, meta: Mapping[str, Any]) -> None:
@@ -125,11 +126,11 @@ class ResultsWriter:
         }
         if target_accuracy > 0:
             out["target"] = to_target(recs, target_accuracy)
-        for section, values in extras.items():
+        for section, entries in extras.items():
             if isinstance(out.get(section), dict):
-                out[section].update(values)
+                out[section].update(entries)
             else:
-                out[section] = dict(values)
+                out[section] = dict(entries)
         return out
 
     def finish(self, headline: list[str], extras: Mapping[str, Mapping[str, Any]],

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from bouquet.strategies.model import to_numpy
 from bouquet.schema import CommonConfig
+from bouquet.strategies.model import to_numpy
 
 
 @dataclasses.dataclass
@@ -36,6 +36,7 @@ class ClientEnv:
         The task object (loaded once per process).
     partition_id, num_partitions : int
         This node's share of the data.
+
     """
 
     common: CommonConfig
@@ -49,7 +50,7 @@ class ClientEnv:
         return self.sections[prefix]
 
     def local_data(self) -> Any:
-        """This node's partition (cached by the task)."""
+        """Return this node's partition (cached per process)."""
         return _local_data(self.task, self.partition_id, self.num_partitions, self.common)
 
 
@@ -75,6 +76,7 @@ class NodeState:
         The node's context (its ``state`` persists across rounds).
     namespace : str
         Usually the method name.
+
     """
 
     def __init__(self, context: Context, namespace: str) -> None:

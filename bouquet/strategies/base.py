@@ -62,6 +62,7 @@ class StrategySetup:
         Task name.
     initial_arrays : ArrayRecord or None
         The task's initial model, when the method has one.
+
     """
 
     common: CommonConfig
@@ -114,6 +115,7 @@ class BouquetStrategy(Strategy):
     ----------
     setup : StrategySetup
         Resolved configuration and initial model.
+
     """
 
     #: Record names a reply may hold; anything else is rejected.
@@ -375,6 +377,7 @@ def exchange(
         Reply (or error reply) by destination node id, mapped through ``reply_to_message_id``.
     missing : list[int]
         Nodes whose reply did not arrive in time.
+
     """
     if not msgs:
         return {}, []

@@ -82,7 +82,8 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(dict(state), "", arrays)
     buf = io.BytesIO()
-    np.savez(buf, **{k.lstrip("/").replace("/", "|"): v for k, v in arrays.items()})
+    named = {k.lstrip("/").replace("/", "|"): v for k, v in arrays.items()}
+    np.savez(buf, **named)  # type: ignore[arg-type]
     blob = buf.getvalue()
     meta = {"round": round_, "sha256": hashlib.sha256(blob).hexdigest(), "state": skeleton,
             "extra": dict(extra or {})}

@@ -12,8 +12,10 @@ from bouquet.strategies import validation as v
 from bouquet.strategies.base import BouquetStrategy, StrategySetup
 
 
-def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+def to_numpy(record: object) -> dict[str, np.ndarray]:
     """Decode an ArrayRecord into an ordered ``{name: ndarray}`` mapping."""
+    if not isinstance(record, ArrayRecord):
+        raise TypeError(f"expected an ArrayRecord, got {type(record).__name__}")
     return {k: record[k].numpy() for k in record.keys()}
 
 
@@ -29,6 +31,7 @@ class ModelStrategy(BouquetStrategy):
     ----------
     setup : StrategySetup
         Must carry ``initial_arrays``.
+
     """
 
     def __init__(self, setup: StrategySetup) -> None:

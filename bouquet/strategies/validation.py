@@ -69,6 +69,7 @@ def arrays(
         Exactly the expected array names, each with its shape and dtype.
     finite : bool
         Also reject NaN and infinities (for floating dtypes).
+
     """
     rec = array_record(content, name)
     if set(rec.keys()) != set(spec):
