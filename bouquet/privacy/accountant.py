@@ -1,0 +1,111 @@
+"""One privacy accountant per client that lives across rounds (client-only; Opacus).
+
+A federated client releases an update every round it takes part in. The privacy loss of all of
+them composes, so the accountant must outlive a round: :class:`ClientAccountant` keeps Opacus's
+RDP accountant history (``[(noise_multiplier, sample_rate, steps), ...]``) as JSON in
+``context.state`` (``NodeState(context, "dp")``) and reports the cumulative epsilon of everything
+this client has released. Reference: Mironov, "Renyi Differential Privacy", CSF 2017; Opacus
+(Yousefpour et al., 2021).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opacus.accountants import RDPAccountant
+from opacus.accountants.utils import get_noise_multiplier
+
+from bouquet.clients.base import NodeState
+
+STATE_NAMESPACE = "dp"
+STATE_NAME = "accountant"
+
+
+class PrivacyBudgetExceeded(RuntimeError):
+    """A client refuses to train because the round would take it beyond its budget."""
+
+
+class ClientAccountant:
+    """Cumulative RDP accounting for one client, persisted in a :class:`NodeState`.
+
+    Parameters
+    ----------
+    state : NodeState or None
+        Where the history is stored between rounds (None: in memory only).
+
+    """
+
+    def __init__(self, state: NodeState | None = None) -> None:
+        self.state = state
+        self.history: list[tuple[float, float, int]] = []
+        if state is not None:
+            raw = state.values(STATE_NAME).get("history", "[]")
+            self.history = [(float(s), float(q), int(n)) for s, q, n in json.loads(str(raw))]
+
+    @staticmethod
+    def epsilon_of(history: list[tuple[float, float, int]], delta: float) -> float:
+        """Epsilon of a history at ``delta`` (0 for an empty history)."""
+        if not history:
+            return 0.0
+        acc = RDPAccountant()
+        acc.history = list(history)
+        return float(acc.get_epsilon(delta))
+
+    def epsilon(self, delta: float) -> float:
+        """Cumulative epsilon of everything recorded so far."""
+        return self.epsilon_of(self.history, delta)
+
+    def with_steps(self, noise_multiplier: float, sample_rate: float, steps: int
+                   ) -> list[tuple[float, float, int]]:
+        """The history after ``steps`` more steps (not recorded)."""
+        hist = list(self.history)
+        if steps <= 0:
+            return hist
+        if hist and hist[-1][0] == noise_multiplier and hist[-1][1] == sample_rate:
+            s, q, n = hist.pop()
+            hist.append((s, q, n + steps))
+        else:
+            hist.append((noise_multiplier, sample_rate, steps))
+        return hist
+
+    def check(self, noise_multiplier: float, sample_rate: float, steps: int, delta: float,
+              budget: float, who: str = "client") -> float:
+        """Raise :class:`PrivacyBudgetExceeded` if the steps would exceed ``budget`` (>0).
+
+        Returns the epsilon the client would have after them.
+        """
+        after = self.epsilon_of(self.with_steps(noise_multiplier, sample_rate, steps), delta)
+        if budget > 0 and after > budget * (1 + 1e-9):
+            raise PrivacyBudgetExceeded(
+                f"{who}: refusing to train: {steps} more DP-SGD step(s) (noise multiplier "
+                f"{noise_multiplier:.4g}, sample rate {sample_rate:.4g}) would raise epsilon from "
+                f"{self.epsilon(delta):.4g} to {after:.4g}, above the budget {budget:g} "
+                f"(delta {delta:g})"
+            )
+        return after
+
+    def record(self, noise_multiplier: float, sample_rate: float, steps: int) -> None:
+        """Add ``steps`` steps and persist the history."""
+        self.history = self.with_steps(noise_multiplier, sample_rate, steps)
+        if self.state is not None:
+            self.state.set_values(STATE_NAME, {"history": json.dumps(self.history)})
+
+
+def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    """Noise multiplier with which ``steps`` steps at ``sample_rate`` end at ``target_epsilon``."""
+    return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta,
+                                      sample_rate=sample_rate, steps=steps, accountant="rdp",
+                                      epsilon_tolerance=0.005))
+
+
+def noise_for(dp: Any, sample_rate: float, total_steps: int) -> float:
+    """The run's noise multiplier: ``dp.noise-multiplier`` or calibrated to ``dp.target-epsilon``."""
+    if dp.target_epsilon > 0:
+        return calibrate_noise(dp.target_epsilon, dp.delta, sample_rate, total_steps)
+    return float(dp.noise_multiplier)
+
+
+def budget_of(dp: Any) -> float:
+    """The epsilon a client may not exceed (0: none)."""
+    return float(dp.target_epsilon or dp.max_epsilon)

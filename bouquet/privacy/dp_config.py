@@ -1,0 +1,43 @@
+"""The ``dp.*`` configuration section of sample-level DP-SGD on torch clients (no heavy imports).
+
+The section is declared here, apart from the Opacus code in :mod:`bouquet.privacy.dp`, so that a
+server (numpy only) can resolve a run config that enables DP. See docs/privacy.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bouquet.schema import key
+
+
+@dataclasses.dataclass(frozen=True)
+class DPConfig:
+    """Sample-level DP-SGD (Abadi et al., CCS 2016) with Opacus on each client.
+
+    One accountant per client lives across rounds, so the reported epsilon is cumulative.
+    """
+
+    enabled: bool = key(False, "train with DP-SGD (per-sample clipping + Gaussian noise)")
+    noise_multiplier: float = key(
+        1.0, "noise std / max-grad-norm; used when dp.target-epsilon is 0", min=0.0
+    )
+    target_epsilon: float = key(
+        0.0,
+        "if > 0: noise is calibrated up front so that a client taking part in every round ends "
+        "at this epsilon, and no client goes beyond it",
+        min=0.0,
+    )
+    delta: float = key(1e-5, "delta of (epsilon, delta)-DP", min=0.0, max=1.0)
+    max_grad_norm: float = key(1.0, "per-sample gradient clipping norm C", min=0.0)
+    max_epsilon: float = key(
+        0.0, "budget in noise-multiplier mode: a client refuses to go beyond it (0: no budget)",
+        min=0.0,
+    )
+    sampling: str = key(
+        "poisson",
+        "poisson: each example joins a step with probability batch-size/n (what the accountant "
+        "assumes); shuffle: fixed-size shuffled batches (accounted with the same rate, as "
+        "Opacus does without Poisson sampling)",
+        choices=("poisson", "shuffle"),
+    )

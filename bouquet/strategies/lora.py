@@ -1,0 +1,518 @@
+"""Federated LoRA: FedIT, FFA-LoRA and Fed-SB (server side, numpy only).
+
+All three adapt the same weight matrices ``W0`` (``m x n``, the ``lora.target-modules``) of a
+pretrained model and differ in what is trained and what travels:
+
+* **FedIT** (Zhang et al., "Towards Building the Federated GPT: Federated Instruction Tuning",
+  ICASSP 2024): ``W = W0 + s B A``; A and B are trained and averaged separately. The average of
+  products is not the product of averages, so aggregation is inexact.
+* **FFA-LoRA** (Sun et al., "Improving LoRA in Privacy-preserving Federated Learning", ICLR 2024):
+  A is frozen at a random initialisation derived from the run seed on every node (it never
+  travels); only B is trained and averaged. ``mean(s B_i A) = s mean(B_i) A``: exact.
+* **Fed-SB** (Singhal et al., "Fed-SB: A Silver Bullet for Extreme Communication Efficiency and
+  Performance in (Private) Federated LoRA Fine-Tuning", arXiv 2502.15436, on LoRA-SB by Ponkshe et
+  al., arXiv 2411.19557): ``W = W0 + s B R A`` with B, A frozen and only the ``r x r`` matrix R
+  trained and averaged: exact, and ``r^2`` numbers per matrix whatever ``m, n``. B and A come from
+  a one-time round-0 protocol: the sampled clients send the summed gradients of the adapted
+  matrices; the server approximates the first full fine-tuning step as ``-lr1 sign(sum grad)``
+  and sets ``B = U_r, R = S_r, A = V_r^T`` (truncated SVD). B and A go to each client once
+  (the "frame"). ``fed-sb.init='random'`` is the data-free alternative (orthonormal B, A from the
+  seed, R = 0).
+
+The classification head (``lora.head-modules``), when the task has one, is trained, travels with
+the adapters and is averaged the same way. The server holds the pretrained weights only to merge
+``W0 + s * delta`` for central evaluation (:meth:`LoraStrategy.global_arrays`); they are not part
+of the checkpointed state. Clients import the naming and initialisation helpers of this module,
+so both sides agree on every array name and on A (FFA) without sending it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from bouquet.schema import key
+from bouquet.strategies import validation as v
+from bouquet.strategies.base import BouquetStrategy, NodeReply, RoundLog, StrategySetup
+from bouquet.strategies.model import to_numpy, to_record
+
+#: Config value of ``phase`` in an instruction: local training, or the Fed-SB init gradient.
+PHASE_TRAIN = "train"
+PHASE_INIT = "fed-sb.init"
+PHASE_EVALUATE = "evaluate"
+#: Record with Fed-SB's frozen B and A (downlink, once per client).
+FRAME_RECORD = "frame"
+#: Record with the summed init gradients (uplink, round 0 of Fed-SB).
+GRADS_RECORD = "grads"
+#: Config key naming the frame a message expects the client to hold.
+FRAME_ID_KEY = "fed-sb.frame-id"
+VARIANTS = ("fedit", "ffa", "fedsb")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+    """Keys shared by the LoRA family (prefix ``lora``)."""
+
+    rank: int = key(8, "LoRA rank r", min=1)
+    alpha: float = key(0.0, "LoRA alpha; the update is scaled by alpha/r (0: alpha = r, scale 1)",
+                       min=0.0)
+    target_modules: str = key(
+        "query,value,q_proj,v_proj",
+        "comma-separated module names (last name component or full name) whose 2-D weight is "
+        "adapted; names absent from the model are ignored",
+    )
+    head_modules: str = key(
+        "classifier,score",
+        "comma-separated modules trained in full and sent (the task head); absent ones ignored",
+    )
+    optimizer: str = key("adamw", "local optimiser (fresh each round)", choices=("adamw", "sgd"))
+    weighting: str = key(
+        "examples", "average weighted by num-examples, or uniform (Fed-SB's reference code)",
+        choices=("examples", "uniform"),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class FedSBConfig:
+    """Fed-SB's initialisation (prefix ``fed-sb``)."""
+
+    init: str = key(
+        "svd",
+        "svd: round-0 protocol (clients' summed gradients -> truncated SVD of -lr1*sign); "
+        "random: data-free orthonormal B, A from the seed and R = 0",
+        choices=("svd", "random"),
+    )
+    init_samples: int = key(
+        32, "examples per client for the init gradient (non-private; DP uses one Poisson batch)",
+        min=1,
+    )
+    init_lr: float = key(
+        1e-3, "lr1 of the approximate first step -lr1*sign(grad) that B R A starts from", min=0.0
+    )
+
+
+# --------------------------------------------------------------------------- naming / shapes
+@dataclasses.dataclass(frozen=True)
+class Adapted:
+    """One adapted matrix: its module name and weight shape ``(m, n)`` = (out, in)."""
+
+    module: str
+    m: int
+    n: int
+
+    @property
+    def weight(self) -> str:
+        """Name of the pretrained weight in the model's state dict."""
+        return f"{self.module}.weight"
+
+
+def split_names(text: str) -> list[str]:
+    """``"a, b,c"`` -> ``["a", "b", "c"]``."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _matches(module: str, names: Sequence[str]) -> bool:
+    return any(module == t or module.endswith("." + t) for t in names)
+
+
+def adapted_modules(shapes: Mapping[str, tuple[int, ...]], targets: Sequence[str]) -> list[Adapted]:
+    """The adapted matrices of a model, in state-dict order.
+
+    Parameters
+    ----------
+    shapes : Mapping[str, tuple[int, ...]]
+        Name -> shape of every tensor of the model's state dict.
+    targets : sequence of str
+        Module names (full, or the last components, PEFT's rule).
+
+    """
+    out = []
+    for name, shape in shapes.items():
+        if name.endswith(".weight") and len(shape) == 2:
+            module = name[: -len(".weight")]
+            if _matches(module, targets):
+                out.append(Adapted(module, int(shape[0]), int(shape[1])))
+    return out
+
+
+def head_names(shapes: Mapping[str, tuple[int, ...]], heads: Sequence[str]) -> list[str]:
+    """State-dict names of the head's tensors (trained in full and sent)."""
+    return [k for k in shapes if any(k.startswith(h + ".") for h in heads)]
+
+
+def travelling_spec(variant: str, adapted: Sequence[Adapted], rank: int,
+                    head: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the arrays a client sends (and receives) each round, in order."""
+    spec: dict[str, tuple[int, ...]] = {}
+    for a in adapted:
+        if variant == "fedit":
+            spec[f"{a.module}.lora_A"] = (rank, a.n)
+            spec[f"{a.module}.lora_B"] = (a.m, rank)
+        elif variant == "ffa":
+            spec[f"{a.module}.lora_B"] = (a.m, rank)
+        else:
+            spec[f"{a.module}.lora_R"] = (rank, rank)
+    spec.update({k: tuple(s) for k, s in head.items()})
+    return spec
+
+
+def scale(cfg: LoraConfig) -> float:
+    """LoRA scaling ``s = alpha / r`` (alpha 0 means alpha = r)."""
+    return (cfg.alpha or cfg.rank) / cfg.rank
+
+
+# --------------------------------------------------------------------------- initialisation
+def lora_a_init(seed: int, index: int, rank: int, n: int) -> np.ndarray:
+    """A random A (``r x n``), U(-1/sqrt(n), 1/sqrt(n)) as PEFT's Kaiming-uniform default.
+
+    Derived from ``(seed, index)`` with numpy's PCG64, so every node and the server draw the same
+    matrix (FFA-LoRA's shared frozen A; FedIT's initial A).
+    """
+    rng = np.random.default_rng([seed, 0x10A, index])
+    bound = 1.0 / np.sqrt(n)
+    return rng.uniform(-bound, bound, size=(rank, n)).astype(np.float32)
+
+
+def initial_adapters(variant: str, adapted: Sequence[Adapted], rank: int, seed: int
+                     ) -> dict[str, np.ndarray]:
+    """The first global adapter arrays: B = 0 (and A random for FedIT); R = 0 for Fed-SB."""
+    out: dict[str, np.ndarray] = {}
+    for i, a in enumerate(adapted):
+        if variant == "fedit":
+            out[f"{a.module}.lora_A"] = lora_a_init(seed, i, rank, a.n)
+            out[f"{a.module}.lora_B"] = np.zeros((a.m, rank), np.float32)
+        elif variant == "ffa":
+            out[f"{a.module}.lora_B"] = np.zeros((a.m, rank), np.float32)
+        else:
+            out[f"{a.module}.lora_R"] = np.zeros((rank, rank), np.float32)
+    return out
+
+
+def random_frame(adapted: Sequence[Adapted], rank: int, seed: int) -> dict[str, np.ndarray]:
+    """Data-free Fed-SB frame: orthonormal columns B (``m x r``) and rows A (``r x n``)."""
+    out: dict[str, np.ndarray] = {}
+    for i, a in enumerate(adapted):
+        rng = np.random.default_rng([seed, 0x5B, i])
+        qb, _ = np.linalg.qr(rng.standard_normal((a.m, rank)))
+        qa, _ = np.linalg.qr(rng.standard_normal((a.n, rank)))
+        out[f"{a.module}.lora_B"] = qb.astype(np.float32)
+        out[f"{a.module}.lora_A"] = qa.T.astype(np.float32)
+    return out
+
+
+def svd_frame(grads: Mapping[str, np.ndarray], adapted: Sequence[Adapted], rank: int,
+              lr1: float) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """LoRA-SB initialisation from summed full-weight gradients.
+
+    ``dW = -lr1 * sign(sum grad) ~ U_r S_r V_r^T``; returns the frame ``{B = U_r, A = V_r^T}`` and
+    ``{R = diag(S_r)}``. Exact SVD in float64 (the reference uses a randomised one).
+    """
+    frame: dict[str, np.ndarray] = {}
+    r_init: dict[str, np.ndarray] = {}
+    for a in adapted:
+        dw = -lr1 * np.sign(np.asarray(grads[a.module], dtype=np.float64))
+        u, s, vt = np.linalg.svd(dw, full_matrices=False)
+        k = min(rank, len(s))
+        b = np.zeros((a.m, rank))
+        b[:, :k] = u[:, :k]
+        at = np.zeros((rank, a.n))
+        at[:k] = vt[:k]
+        r = np.zeros((rank, rank))
+        r[np.arange(k), np.arange(k)] = s[:k]
+        frame[f"{a.module}.lora_B"] = b.astype(np.float32)
+        frame[f"{a.module}.lora_A"] = at.astype(np.float32)
+        r_init[f"{a.module}.lora_R"] = r.astype(np.float32)
+    return frame, r_init
+
+
+def merged_delta(variant: str, a: Adapted, arrays: Mapping[str, np.ndarray],
+                 fixed: Mapping[str, np.ndarray], s: float) -> np.ndarray:
+    """``s B A`` (FedIT, FFA) or ``s B R A`` (Fed-SB) of one matrix, in float64.
+
+    ``arrays`` holds the travelling arrays, ``fixed`` the frozen ones (FFA's A, Fed-SB's B and A).
+    """
+    def get(name: str) -> np.ndarray:
+        src = arrays if name in arrays else fixed
+        return np.asarray(src[name], dtype=np.float64)
+
+    mod = a.module
+    if variant == "fedsb":
+        return s * get(f"{mod}.lora_B") @ get(f"{mod}.lora_R") @ get(f"{mod}.lora_A")
+    return s * get(f"{mod}.lora_B") @ get(f"{mod}.lora_A")
+
+
+def merge(variant: str, base: Mapping[str, np.ndarray], adapted: Sequence[Adapted],
+          arrays: Mapping[str, np.ndarray], fixed: Mapping[str, np.ndarray], s: float
+          ) -> dict[str, np.ndarray]:
+    """Full model weights ``W0 + delta`` with the head from ``arrays`` (float32)."""
+    out = dict(base)
+    for a in adapted:
+        w = np.asarray(base[a.weight], dtype=np.float64)
+        out[a.weight] = (w + merged_delta(variant, a, arrays, fixed, s)).astype(base[a.weight].dtype)
+    for k, arr in arrays.items():
+        if k in base:
+            out[k] = np.asarray(arr, dtype=base[k].dtype)
+    return out
+
+
+# --------------------------------------------------------------------------- strategy
+class LoraStrategy(BouquetStrategy):
+    """Server of FedIT / FFA-LoRA / Fed-SB (``variant`` picks the method; see module docstring).
+
+    Parameters
+    ----------
+    setup : StrategySetup
+        Needs the task's pretrained weights as ``initial_arrays`` and the ``lora`` (and
+        ``fed-sb``, ``dp``) sections.
+    variant : str
+        ``"fedit"``, ``"ffa"`` or ``"fedsb"``.
+
+    """
+
+    reply_records = ("arrays", "metrics", GRADS_RECORD)
+
+    def __init__(self, setup: StrategySetup, variant: str) -> None:
+        super().__init__(setup)
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown LoRA variant {variant!r}")
+        if setup.initial_arrays is None:
+            raise ValueError("the LoRA methods need the task's pretrained weights")
+        self.variant = variant
+        self.cfg: LoraConfig = setup.sections["lora"]
+        self.fedsb_cfg: FedSBConfig | None = setup.sections.get("fed-sb")
+        self.dp = setup.sections.get("dp")
+        self.base = to_numpy(setup.initial_arrays)
+        shapes = {k: tuple(a.shape) for k, a in self.base.items()}
+        self.adapted = adapted_modules(shapes, split_names(self.cfg.target_modules))
+        if not self.adapted:
+            raise ValueError(
+                f"lora.target-modules={self.cfg.target_modules!r} matches no 2-D weight of the "
+                f"task {setup.task!r}"
+            )
+        self.head = {k: shapes[k] for k in head_names(shapes, split_names(self.cfg.head_modules))}
+        self.spec = travelling_spec(variant, self.adapted, self.cfg.rank, self.head)
+        self.scale = scale(self.cfg)
+        seed = self.common.seed
+        self.trainable: dict[str, np.ndarray] = {
+            **initial_adapters(variant, self.adapted, self.cfg.rank, seed),
+            **{k: self.base[k].astype(np.float32) for k in self.head},
+        }
+        #: Frozen arrays: FFA's A (from the seed, never sent), Fed-SB's B and A (the frame).
+        self.fixed: dict[str, np.ndarray] = {}
+        if variant == "ffa":
+            self.fixed = {f"{a.module}.lora_A": lora_a_init(seed, i, self.cfg.rank, a.n)
+                          for i, a in enumerate(self.adapted)}
+        #: Fed-SB: frame id (0: none yet) and the partitions known to hold it.
+        self.frame_id = 0
+        self.has_frame: set[int] = set()
+        #: Cumulative epsilon reported by each partition (private mode).
+        self.epsilon: dict[int, float] = {}
+        self._phase = PHASE_TRAIN
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def private(self) -> bool:
+        """True when clients run DP-SGD."""
+        return bool(self.dp is not None and self.dp.enabled)
+
+    def frame_spec(self) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of Fed-SB's frame (B and A of every adapted matrix)."""
+        r = self.cfg.rank
+        spec: dict[str, tuple[int, ...]] = {}
+        for a in self.adapted:
+            spec[f"{a.module}.lora_B"] = (a.m, r)
+            spec[f"{a.module}.lora_A"] = (r, a.n)
+        return spec
+
+    def payload(self, rnd: int, pid: int, phase: str) -> RecordDict:
+        """The instruction for one partition: travelling arrays, config, and the frame if due."""
+        cfg = self.base_config(rnd)
+        cfg["phase"] = phase
+        content = RecordDict({"arrays": to_record(self.trainable), "config": cfg})
+        if self.variant == "fedsb":
+            cfg[FRAME_ID_KEY] = self.frame_id
+            if pid not in self.has_frame:
+                content[FRAME_RECORD] = to_record(self.fixed)
+        return content
+
+    # ------------------------------------------------------------------ round
+    def train_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Fed-SB runs its one-time init first (counted in this round's bytes); then a round."""
+        init_log: RoundLog | None = None
+        if self.variant == "fedsb" and not self.frame_id:
+            assert self.fedsb_cfg is not None
+            if self.fedsb_cfg.init == "random":
+                self.fixed = random_frame(self.adapted, self.cfg.rank, self.common.seed)
+                self.frame_id = 1
+            else:
+                init_log = self.init_round(grid, rnd)
+                if not self.frame_id:
+                    return init_log
+        rlog = super().train_round(grid, rnd)
+        if init_log is not None:
+            rlog.metrics["init_up_bytes"] = float(init_log.up_bytes)
+            rlog.metrics["init_down_bytes"] = float(init_log.down_bytes)
+            rlog.up_bytes += init_log.up_bytes
+            rlog.down_bytes += init_log.down_bytes
+            for f in init_log.failures:
+                setattr(rlog, f["kind"], getattr(rlog, f["kind"]) + 1)
+            rlog.failures = init_log.failures + rlog.failures
+        return rlog
+
+    def init_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Fed-SB round 0: collect summed gradients of the adapted matrices; SVD; set the frame."""
+        by_pid = self.discover(grid)
+        chosen = self.choose_partitions(rnd, sorted(by_pid))
+        contents = {}
+        for pid in chosen:
+            cfg = self.base_config(rnd)
+            cfg["phase"] = PHASE_INIT
+            contents[pid] = RecordDict({"arrays": to_record(
+                {k: self.trainable[k] for k in self.head}), "config": cfg})
+        self._phase = PHASE_INIT
+        try:
+            return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN)
+        finally:
+            self._phase = PHASE_TRAIN
+
+    def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
+        """Send the global adapters (+ head, + Fed-SB's frame where a client lacks it)."""
+        return {pid: self.payload(rnd, pid, PHASE_TRAIN) for pid in partitions}
+
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
+        """Exactly the travelling arrays (float32, shapes), num-examples, epsilon when private."""
+        if self._phase == PHASE_INIT:
+            v.expect_records(content, (GRADS_RECORD, "metrics"))
+            v.arrays(content, GRADS_RECORD,
+                     {a.module: ((a.m, a.n), np.float32) for a in self.adapted})
+        else:
+            v.expect_records(content, ("arrays", "metrics"))
+            v.arrays(content, "arrays", {k: (s, np.float32) for k, s in self.spec.items()})
+        v.num_examples(content)
+        if self.private:
+            v.metric(content, "epsilon", min=0.0)
+
+    def _weights(self, replies: list[NodeReply]) -> np.ndarray:
+        if self.cfg.weighting == "uniform":
+            w = np.ones(len(replies))
+        else:
+            w = np.array([v.num_examples(r.content) for r in replies], dtype=np.float64)
+        return w / w.sum()
+
+    def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
+        """Average the travelling arrays (Fed-SB init: sum gradients, SVD)."""
+        metrics: dict[str, float] = {}
+        if self.private:
+            for r in replies:
+                self.epsilon[r.partition_id] = v.metric(r.content, "epsilon", min=0.0)
+            metrics["epsilon"] = max(self.epsilon.values())
+            metrics["delta"] = float(self.dp.delta)  # type: ignore[union-attr]
+        if self._phase == PHASE_INIT:
+            assert self.fedsb_cfg is not None
+            total = {a.module: np.zeros((a.m, a.n)) for a in self.adapted}
+            for r in replies:
+                g = to_numpy(r.content[GRADS_RECORD])  # type: ignore[arg-type]
+                for k in total:
+                    total[k] += g[k]
+            self.fixed, r_init = svd_frame(total, self.adapted, self.cfg.rank,
+                                           self.fedsb_cfg.init_lr)
+            self.trainable.update(r_init)
+            self.frame_id = 1
+            return metrics
+        w = self._weights(replies)
+        arrays = [to_numpy(r.content["arrays"]) for r in replies]  # type: ignore[arg-type]
+        self.trainable = {
+            k: sum((wi * a[k].astype(np.float64) for wi, a in zip(w, arrays, strict=True)),
+                   np.zeros(s)).astype(np.float32)
+            for k, s in self.spec.items()
+        }
+        if self.variant == "fedsb":
+            self.has_frame |= {r.partition_id for r in replies}
+        losses = [(wi, v.metric(r.content, "train_loss")) for wi, r in zip(w, replies, strict=True)
+                  if "train_loss" in r.content["metrics"]]  # type: ignore[operator]
+        if losses:
+            metrics["train_loss"] = float(sum(wi * x for wi, x in losses) / sum(wi for wi, _ in losses))
+        return metrics
+
+    # ------------------------------------------------------------------ evaluation
+    def global_arrays(self) -> ArrayRecord:
+        """The merged model ``W0 + s delta`` with the global head (for central evaluation)."""
+        return to_record(self.merged())
+
+    def merged(self) -> dict[str, np.ndarray]:
+        """The merged global model as numpy arrays."""
+        if self.variant == "fedsb" and not self.frame_id:
+            return merge("ffa", self.base, [], {k: self.trainable[k] for k in self.head}, {}, 1.0)
+        return merge(self.variant, self.base, self.adapted, self.trainable, self.fixed, self.scale)
+
+    def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Federated evaluation with the adapters (not the merged model) on the wire."""
+        by_pid = self.discover(grid)
+        contents = {pid: self.payload(rnd, pid, PHASE_EVALUATE) for pid in sorted(by_pid)}
+        if self.variant == "fedsb" and not self.frame_id:
+            return RoundLog(round=rnd)
+        return self.run_phase(grid, rnd, contents, by_pid, MessageType.EVALUATE, aggregate=False)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Adapters, head, Fed-SB's frame and holders, epsilons (not the pretrained weights)."""
+        return {
+            **super().state_dict(),
+            "trainable": dict(self.trainable),
+            "fixed": dict(self.fixed) if self.variant == "fedsb" else {},
+            "frame_id": self.frame_id,
+            "has_frame": sorted(self.has_frame),
+            "epsilon": {str(k): e for k, e in self.epsilon.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        super().load_state_dict(state)
+        self.trainable = {k: np.asarray(a) for k, a in state["trainable"].items()}
+        if self.variant == "fedsb":
+            self.fixed = {k: np.asarray(a) for k, a in state["fixed"].items()}
+        self.frame_id = int(state["frame_id"])
+        self.has_frame = {int(p) for p in state["has_frame"]}
+        self.epsilon = {int(k): float(e) for k, e in state["epsilon"].items()}
+
+
+def build_fedit(setup: StrategySetup) -> LoraStrategy:
+    """Strategy factory of ``fedit``."""
+    return LoraStrategy(setup, "fedit")
+
+
+def build_ffa(setup: StrategySetup) -> LoraStrategy:
+    """Strategy factory of ``ffa-lora``."""
+    return LoraStrategy(setup, "ffa")
+
+
+def build_fedsb(setup: StrategySetup) -> LoraStrategy:
+    """Strategy factory of ``fed-sb``."""
+    return LoraStrategy(setup, "fedsb")
+
+
+def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
+    """Method-specific malformed replies for the conformance suite.
+
+    An extra array (a LoRA A that must never travel in FFA-LoRA / Fed-SB, or a stray tensor in
+    FedIT), a missing adapter array, and a non-positive ``num-examples``.
+    """
+    arrays = to_numpy(content["arrays"])  # type: ignore[arg-type]
+    first = next(iter(arrays))
+    extra = {**arrays, "stray.lora_A": np.zeros((2, 2), np.float32)}
+    short = {k: a for k, a in arrays.items() if k != first}
+    metrics = MetricRecord({**dict(content["metrics"]), "num-examples": 0})  # type: ignore[arg-type]
+    return [
+        ("extra array", RecordDict({"arrays": to_record(extra), "metrics": content["metrics"]})),
+        ("missing array", RecordDict({"arrays": to_record(short), "metrics": content["metrics"]})),
+        ("zero num-examples", RecordDict({"arrays": content["arrays"], "metrics": metrics})),
+        ("init gradients in a training reply",
+         RecordDict({"arrays": content["arrays"], "metrics": content["metrics"],
+                     "grads": ArrayRecord()})),
+    ]
+
