@@ -62,6 +62,8 @@ def test_single_uplink_reproduces_scaffold_at_half_the_bytes(tmp_path: Path) -> 
 @pytest.mark.parametrize(("method", "over"), [
     ("scallion", {"scallion.compressor": "identity", "scallion.alpha": 1.0}),
     ("scafcom", {"scafcom.compressor": "identity", "scafcom.alpha": 1.0, "scafcom.beta": 1.0}),
+    ("scafcom", {"scafcom.compressor": "identity", "scafcom.beta": 1.0,
+                 "scafcom.momentum-placement": "local-steps"}),
 ])
 def test_identity_compression_reduces_to_scaffold(method: str, over: dict[str, Any],
                                                   tmp_path: Path) -> None:
@@ -79,6 +81,19 @@ def test_scafcom_momentum_changes_the_trajectory(tmp_path: Path) -> None:
     assert np.abs(ref[-1] - got[-1]).max() > 1e-3
 
 
+@pytest.mark.parametrize("placement", ["round", "local-steps"])
+def test_scafcom_momentum_placements_differ_but_both_move(placement: str, tmp_path: Path) -> None:
+    over = {"scafcom.compressor": "identity", "scafcom.beta": 0.3,
+            "scafcom.momentum-placement": placement, "fraction-train": 1.0}
+    xs, _, _ = trajectory("scafcom", tmp_path / placement, rounds=3, **over)
+    other = "round" if placement == "local-steps" else "local-steps"
+    ys, _, _ = trajectory("scafcom", tmp_path / other, rounds=3,
+                          **{**over, "scafcom.momentum-placement": other})
+    # identical until the momentum exists (round 1), different after
+    np.testing.assert_allclose(xs[0], ys[0], atol=1e-6)
+    assert np.abs(xs[-1] - ys[-1]).max() > 1e-4
+
+
 def client_controls(grid: LocalGrid, strategy: Any, method: str) -> np.ndarray:
     d = strategy.layout.size
     out = []
@@ -94,6 +109,7 @@ def client_controls(grid: LocalGrid, strategy: Any, method: str) -> np.ndarray:
     ("scallion", {"scallion.compressor-ratio": 0.1}),
     ("scafcom", {"scafcom.compressor-ratio": 0.05}),
     ("scafcom", {"scafcom.compressor": "sign"}),
+    ("scafcom", {"scafcom.momentum-placement": "local-steps"}),
 ])
 def test_control_is_mean_of_client_controls(method: str, over: dict[str, Any],
                                             tmp_path: Path) -> None:

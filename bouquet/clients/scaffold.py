@@ -63,6 +63,11 @@ class VectorClient(ClientProcedure):
         """Return ``({record name: payload}, new state)``."""
         raise NotImplementedError
 
+    def local_direction(self, state: dict[str, np.ndarray], c: np.ndarray, c_i: np.ndarray,
+                        section: Any) -> tuple[float, np.ndarray]:
+        """``(s, b)``: local steps follow ``s g(y) + b`` (SCAFFOLD: ``s = 1``, ``b = c - c_i``)."""
+        return 1.0, (c - c_i).astype(np.float32)
+
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """One round: resolve state, train, compress, stage the new state."""
         cfg = message_config(msg)
@@ -79,7 +84,8 @@ class VectorClient(ClientProcedure):
             if c.shape != (layout.size,):
                 raise ValueError(f"control of shape {c.shape}, model has {layout.size} values")
             c_i = state.get("c", np.zeros(layout.size, dtype=np.float32))
-            hook = control_correction(layout, c - c_i)
+            scale, correction = self.local_direction(state, c, c_i, section)
+            hook = control_correction(layout, correction, scale)
         else:
             hook = None
         model = env.task.model_from(x_arrays)
@@ -99,13 +105,15 @@ class VectorClient(ClientProcedure):
         return content
 
 
-def control_correction(layout: Layout, correction: np.ndarray) -> Any:
-    """Build a ``correct_grad`` hook adding ``c - c_i`` to every parameter's gradient."""
+def control_correction(layout: Layout, correction: np.ndarray, scale: float = 1.0) -> Any:
+    """Build a ``correct_grad`` hook: ``grad <- scale grad + correction`` for every parameter."""
     by_name = {k: torch.from_numpy(a.copy()) for k, a in layout.unflatten(correction).items()}
 
     def hook(model: nn.Module) -> None:
         for name, p in model.named_parameters():
             if p.grad is not None:
+                if scale != 1.0:
+                    p.grad.mul_(scale)
                 p.grad.add_(by_name[name])
 
     return hook
@@ -164,14 +172,24 @@ class ScafcomClient(VectorClient):
     prefix = "scafcom"
     corrected = True
 
+    def local_direction(self, state: dict[str, np.ndarray], c: np.ndarray, c_i: np.ndarray,
+                        section: Any) -> tuple[float, np.ndarray]:
+        """``local-steps`` placement: ``beta g + (1 - beta) v_i - c_i + c``."""
+        if section.momentum_placement == "local-steps" and "v" in state:
+            beta = float(section.beta)
+            return beta, ((1.0 - beta) * state["v"] + c - c_i).astype(np.float32)
+        return 1.0, (c - c_i).astype(np.float32)
+
     def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
                section: Any, comp: Compressor, rng: np.random.Generator
                ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
         """``v <- (1-beta) v + beta gbar``; ``q = C(v - c_i)``; ``c_i <- c_i + alpha q``."""
         assert c is not None
         c_i = state.get("c", np.zeros_like(c)).astype(np.float64)
-        gbar = run.mean_direction() - c + c_i
-        if "v" in state:
+        gbar = run.mean_direction() - c + c_i  # local-steps placement: already the new v
+        if section.momentum_placement == "local-steps" and "v" in state:
+            v = gbar
+        elif "v" in state:
             v = (1.0 - section.beta) * state["v"] + section.beta * gbar
         else:
             v = gbar if section.momentum_init == "first" else section.beta * gbar

@@ -28,7 +28,11 @@ sends ``dy = y - x`` and ``dc = c_i+ - c_i``. The server applies
 
 **SCAFCOM**: the client keeps a momentum ``v_i <- (1 - beta) v_i + beta gbar_i`` of its mean
 local gradient ``gbar_i = (x - y) / (K eta_l) - c + c_i`` and sends ``C(v_i - c_i)`` with a biased
-(contractive) compressor; ``c_i <- c_i + alpha C(v_i - c_i)``. The server is SCALLION's.
+(contractive) compressor; ``c_i <- c_i + alpha C(v_i - c_i)``. The server is SCALLION's. With
+``momentum-placement='local-steps'`` the momentum enters every local step instead
+(``y <- y - eta_l (beta g(y) + (1 - beta) v_i - c_i + c)``) and the new ``v_i`` is the mean of
+those directions, ``(x - y) / (K eta_l) + c_i - c``; both give the same ``v_i`` formula in terms of
+the local gradients, they differ in the local trajectory.
 
 The placement of the momentum, the initial ``v_i``, the default ``alpha`` and the step scaling
 are reconstructions (the paper's text was not available); see docs/methods/scafcom.md.
@@ -93,6 +97,12 @@ class ScafcomConfig(UplinkCompression, ScaffoldConfig):
     momentum_init: str = key(
         "zero", "v_i before a client's first round: zero, or its first gbar_i (reconstructed)",
         choices=("zero", "first"))
+    momentum_placement: str = key(
+        "round",
+        "round: v_i <- (1-beta) v_i + beta gbar_i once per round, local steps use g - c_i + c; "
+        "local-steps: every local step uses beta g + (1-beta) v_i - c_i + c and v_i becomes the "
+        "mean of those directions (reconstructed alternatives)",
+        choices=("round", "local-steps"))
 
 
 def control_step(section: Any, compressor: Compressor, d: int) -> float:

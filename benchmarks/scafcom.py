@@ -1,0 +1,140 @@
+"""SCAFFOLD / SCALLION / SCAFCOM vs FedAvg and compressed baselines under extreme label skew.
+
+Setting (docs/methods/scafcom.md, issue 3): 50 clients, each holding 2 classes (pathological
+partition), 10 % of the clients per round, a few local SGD steps, plain SGD with one local
+learning rate for every method (chosen once on FedAvg/SCAFFOLD, not per method).
+
+* quick: digits-mlp (bundled), one seed.
+* full: fmnist-cnn (Fashion-MNIST from /usr/share/datasets), three seeds.
+
+Runs: FedAvg; SCAFFOLD (two dense vectors); single-uplink SCAFFOLD; FedAvg + top-k without error
+feedback; Fed-EF (top-k + EF); SCALLION (rand-k, alpha = 1/(1 + omega)); SCAFCOM (top-k,
+beta = 0.2), also with the momentum inside the local steps (the alternative reading); SCAFCOM with
+beta = 1 (ablation).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bouquet.apps.bench import BenchRun
+
+COLUMNS = ["final.accuracy", "best.accuracy", "target.round", "target.up_bytes",
+           "comm.up_bytes_total", "comm.up_bytes_per_client_round", "time.wall_s"]
+PLOT_METRICS = ["accuracy", "loss"]
+
+RATIO = 0.02  # uplink kept fraction for top-k / rand-k
+
+QUICK = {"task": "digits-mlp", "num-server-rounds": 200, "local-steps": 10, "lr": 0.05,
+         "batch-size": 16, "target-accuracy": 0.80}
+FULL = {"task": "fmnist-cnn", "num-server-rounds": 200, "local-steps": 10, "lr": 0.05,
+        "batch-size": 32, "target-accuracy": 0.70}
+COMMON = {"partition": "pathological", "classes-per-client": 2, "fraction-train": 0.1,
+          "evaluation": "central"}
+CLIENTS = 50
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "fedavg": {"method": "fedavg"},
+    "scaffold": {"method": "scaffold"},
+    "scaffold-1up": {"method": "scaffold-1up"},
+    "fedavg-topk": {"method": "fedavg-compressed", "fedavg-compressed.compressor": "topk",
+                    "fedavg-compressed.compressor-ratio": RATIO},
+    "fed-ef": {"method": "fed-ef", "fed-ef.compressor": "topk",
+               "fed-ef.compressor-ratio": RATIO},
+    "scallion-randk": {"method": "scallion", "scallion.compressor": "randk",
+                       "scallion.compressor-ratio": RATIO},
+    "scafcom-topk": {"method": "scafcom", "scafcom.compressor": "topk",
+                     "scafcom.compressor-ratio": RATIO, "scafcom.beta": 0.2},
+    "scafcom-local": {"method": "scafcom", "scafcom.compressor": "topk",
+                      "scafcom.compressor-ratio": RATIO, "scafcom.beta": 0.2,
+                      "scafcom.momentum-placement": "local-steps"},
+    "scafcom-beta1": {"method": "scafcom", "scafcom.compressor": "topk",
+                      "scafcom.compressor-ratio": RATIO, "scafcom.beta": 1.0},
+}
+
+
+def runs(quick: bool) -> list[BenchRun]:
+    """Every variant, one seed (quick) or three (full)."""
+    base = {**COMMON, **(QUICK if quick else FULL)}
+    seeds = [0] if quick else [0, 1, 2]
+    return [BenchRun(name=f"{name}-s{seed}", config={**base, **cfg, "seed": seed},
+                     clients=CLIENTS)
+            for name, cfg in VARIANTS.items() for seed in seeds]
+
+
+def _group(summaries: Mapping[str, Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    return [s for run, s in summaries.items() if run.rsplit("-s", 1)[0] == name]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _stat(summaries: Mapping[str, Mapping[str, Any]], name: str, path: str) -> float | None:
+    vals = []
+    for s in _group(summaries, name):
+        cur: Any = s
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, Mapping) else None
+        if isinstance(cur, int | float):
+            vals.append(float(cur))
+    return _mean(vals)
+
+
+def _payload_bytes(out_dir: Path, name: str) -> float | None:
+    """Mean over seeds of the summed payload-only uplink bytes (no Flower framing)."""
+    totals = []
+    for run_dir in sorted(out_dir.glob(f"{name}-s*")):
+        path = run_dir / "metrics.jsonl"
+        if path.exists():
+            recs = [json.loads(x) for x in path.read_text().splitlines()]
+            totals.append(sum(float(r.get("uplink_payload_bytes", 0.0)) for r in recs))
+    return _mean(totals) if totals and any(totals) else None
+
+
+def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
+    """Checks against what the SCAFCOM paper leads us to expect."""
+    acc = {n: _stat(summaries, n, "best.accuracy") for n in VARIANTS}
+    fin = {n: _stat(summaries, n, "final.accuracy") for n in VARIANTS}
+    up = {n: _stat(summaries, n, "comm.up_bytes_total") for n in VARIANTS}
+    lines = ["### Checks (measured; best accuracy averaged over seeds)", ""]
+
+    def verdict(ok: bool | None) -> str:
+        return "n/a" if ok is None else ("holds" if ok else "does NOT hold")
+
+    ref, ref_up = acc["scaffold"], up["scaffold"]
+    for name in ("scafcom-topk", "scallion-randk"):
+        a, u = acc[name], up[name]
+        if None in (a, u, ref, ref_up):
+            continue
+        gap = 100 * (ref - a)  # type: ignore[operator]
+        ratio = ref_up / u  # type: ignore[operator]
+        ok = gap <= 1.5 and ratio >= 20
+        lines.append(f"- {name} within 1.5 points of SCAFFOLD's best accuracy with >= 20x fewer "
+                     f"uplink bytes: gap {gap:+.1f} points, {ratio:.1f}x fewer bytes "
+                     f"(measured on the wire) -> {verdict(ok)}")
+    if acc["fedavg-topk"] is not None and acc["scafcom-topk"] is not None:
+        gap = 100 * (acc["scafcom-topk"] - acc["fedavg-topk"])  # type: ignore[operator]
+        lines.append(f"- FedAvg+top-k (no EF) falls clearly behind SCAFCOM (> 3 points): "
+                     f"{gap:+.1f} points -> {verdict(gap > 3)}")
+    if acc["fed-ef"] is not None and acc["scafcom-topk"] is not None:
+        gap = 100 * (acc["scafcom-topk"] - acc["fed-ef"])  # type: ignore[operator]
+        lines.append(f"- Fed-EF stays behind SCAFCOM: {gap:+.1f} points -> {verdict(gap > 0)}")
+    if acc["scafcom-beta1"] is not None and acc["scafcom-topk"] is not None:
+        gap = 100 * (acc["scafcom-topk"] - acc["scafcom-beta1"])  # type: ignore[operator]
+        lines.append(f"- beta = 1 ablation is worse than beta = 0.2: {gap:+.1f} points -> "
+                     f"{verdict(gap > 0)}")
+    s1, s2 = fin["scaffold-1up"], fin["scaffold"]
+    if s1 is not None and s2 is not None and up["scaffold-1up"] and ref_up:
+        lines.append(f"- single-uplink SCAFFOLD == SCAFFOLD: final accuracy {s1:.4f} vs {s2:.4f}, "
+                     f"uplink ratio {up['scaffold-1up'] / ref_up:.3f}")
+    lines += ["", "Payload-only uplink bytes (compressor output, no Flower framing or metrics), "
+              "summed over the run:", ""]
+    for name in VARIANTS:
+        pb = _payload_bytes(out_dir, name)
+        if pb is not None:
+            lines.append(f"- {name}: {pb:,.0f} B")
+    return "\n".join(lines)
