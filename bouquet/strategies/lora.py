@@ -286,6 +286,11 @@ class LoraStrategy(BouquetStrategy):
         self.cfg: LoraConfig = setup.sections["lora"]
         self.fedsb_cfg: FedSBConfig | None = setup.sections.get("fed-sb")
         self.dp = setup.sections.get("dp")
+        dp = self.dp
+        if dp is not None and dp.enabled and not (dp.target_epsilon > 0
+                                                  or dp.noise_multiplier > 0):
+            raise ValueError("dp.enabled needs dp.noise-multiplier > 0 or dp.target-epsilon > 0 "
+                             "(without noise epsilon is infinite)")
         self.base = to_numpy(setup.initial_arrays)
         shapes = {k: tuple(a.shape) for k, a in self.base.items()}
         self.adapted = adapted_modules(shapes, split_names(self.cfg.target_modules))
