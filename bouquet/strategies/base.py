@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -101,11 +102,12 @@ class RoundLog:
     def fail(self, kind: str, node_id: int, partition_id: int, reason: str) -> None:
         """Record one failed reply (kind: rejected, error or missing)."""
         setattr(self, kind, getattr(self, kind) + 1)
+        short = short_reason(reason)
         self.failures.append(
-            {"kind": kind, "node_id": node_id, "partition_id": partition_id, "reason": reason[:300]}
+            {"kind": kind, "node_id": node_id, "partition_id": partition_id, "reason": short}
         )
         log.warning("round %d: %s reply from node %d (partition %d): %s",
-                    self.round, kind, node_id, partition_id, reason[:300])
+                    self.round, kind, node_id, partition_id, short)
 
 
 class BouquetStrategy(Strategy):
@@ -366,6 +368,14 @@ class BouquetStrategy(Strategy):
 
 
 # ---------------------------------------------------------------------- helpers
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def short_reason(reason: str, limit: int = 400) -> str:
+    """The informative end of an error text (a Ray traceback ends with the exception)."""
+    lines = [ln.strip() for ln in _ANSI.sub("", reason).splitlines() if ln.strip()]
+    text = " | ".join(lines[-3:]) if lines else ""
+    return text[-limit:]
 def exchange(
     grid: Grid, msgs: Mapping[int, Message], *, timeout: float, poll: float = 0.1
 ) -> tuple[dict[int, Message], list[int]]:
