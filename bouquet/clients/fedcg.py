@@ -25,9 +25,9 @@ from bouquet.strategies.fedcg import (
     UPLINK_METRIC,
     UPLINK_NODE_KEY,
     FedcgConfig,
-    flatten,
     wire_compressor,
 )
+from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import to_numpy
 from bouquet.tasks.classification import generator, get_arrays
 
@@ -53,7 +53,8 @@ class FedcgClient(ClientProcedure):
         stats = env.task.train(model, local, env.common,
                                generator(env.common.seed, rnd, env.partition_id))
         elapsed = time.perf_counter() - t0
-        delta = flatten(get_arrays(model)) - flatten(start)
+        layout = Layout.of(start)
+        delta = layout.flatten(get_arrays(model)) - layout.flatten(start)
         comp = wire_compressor(ratio, delta.size)
         rng = np.random.default_rng([env.common.seed, rnd, env.partition_id, _COMPRESS_STREAM])
         if section.error_feedback:

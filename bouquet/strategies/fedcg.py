@@ -41,6 +41,7 @@ from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
 from bouquet.strategies import validation as v
 from bouquet.strategies.base import NodeReply, StrategySetup
+from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.system_model import (
     MeasuredProfile,
@@ -70,7 +71,7 @@ class FedcgConfig:
     diversity_weight: float = key(
         1.0, "lam_sel: weight of the facility-location error against round time in J", min=0.0)
     error_weight: float = key(
-        1.0, "lam_cmp: weight of the compression error sum gamma(1-theta) against round time "
+        0.5, "lam_cmp: weight of the compression error sum gamma(1-theta) against round time "
         "(time in units of the median dense finish time)", min=0.0)
     theta_min: float = key(0.01, "smallest keep-ratio the LP may give", min=1e-6, max=1.0)
     uniform_ratio: float = key(
@@ -103,26 +104,6 @@ class FedcgConfig:
         True, "charge ceil(log2 d) index bits per kept coordinate in the time model")
     measured_smoothing: float = key(
         0.5, "weight of a node's new report in the measured estimates", min=0.0, max=1.0)
-
-
-def flatten(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Concatenate named arrays into one float32 vector (in mapping order)."""
-    if not arrays:
-        return np.zeros(0, dtype=np.float32)
-    return np.concatenate([np.asarray(a, dtype=np.float32).ravel() for a in arrays.values()])
-
-
-def unflatten(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Split ``vector`` into arrays shaped (and typed) like ``like``."""
-    out: dict[str, np.ndarray] = {}
-    pos = 0
-    for name, ref in like.items():
-        n = int(ref.size)
-        out[name] = vector[pos:pos + n].reshape(ref.shape).astype(ref.dtype)
-        pos += n
-    if pos != vector.size:
-        raise ValueError(f"vector has {vector.size} entries, the arrays {pos}")
-    return out
 
 
 def wire_compressor(ratio: float, dim: int) -> Compressor:
@@ -158,10 +139,8 @@ class FedCG(ModelStrategy):
                  ratios: str = "lp") -> None:
         super().__init__(setup)
         self.cfg: FedcgConfig = setup.sections["fedcg"]
-        bad = [k for k, a in self.weights.items() if not np.issubdtype(a.dtype, np.floating)]
-        if bad:
-            raise ValueError(f"FedCG compresses float models only; non-float arrays: {bad}")
-        self.dim = int(sum(a.size for a in self.weights.values()))
+        self.layout = Layout.of(self.weights)  # float models only (one flat update vector)
+        self.dim = self.layout.size
         cfg = self.cfg
         charged = cfg.virtual_params or self.dim
         self.time_model = TimeModel(
@@ -288,8 +267,8 @@ class FedCG(ModelStrategy):
         update = np.zeros(self.dim, dtype=np.float64)
         for g, r in zip(gamma, replies, strict=True):
             update += g * self._decoded[r.partition_id]
-        flat = flatten(self.weights).astype(np.float64) + self.cfg.server_lr * update
-        self.weights = unflatten(flat.astype(np.float32), self.weights)
+        flat = self.layout.flatten(self.weights).astype(np.float64) + self.cfg.server_lr * update
+        self.weights = self.layout.unflatten(flat.astype(np.float32))
         for r in replies:
             self.signals[r.partition_id] = self._decoded[r.partition_id].astype(np.float32)
             if self.cfg.system == "measured":

@@ -43,7 +43,7 @@ class PlanSettings:
     selection: str = "facility-location"  # or "random"
     ratios: str = "lp"  # or "uniform"
     lam_sel: float = 1.0
-    lam_cmp: float = 1.0
+    lam_cmp: float = 0.5
     theta_min: float = 0.01
     uniform_ratio: float = 0.1
     max_iterations: int = 5
