@@ -4,11 +4,19 @@
 node's partition id and data size); ``bouquet.initial-arrays`` returns the task's initial model for
 servers that cannot build it themselves. Everything else goes to the method's
 :class:`~bouquet.clients.base.ClientProcedure`.
+
+Around every message that carries a ``server-round``, the node's ``context.state`` is restored
+from and saved to the node's disk (:mod:`bouquet.clients.persistence`): node config
+``state-dir`` on a SuperNode (``state-dir=off`` disables it), by default
+``<run folder>/client-state`` (what simulation uses). Files are keyed by the run's name
+(``run-name``, or the folder of ``resume-from``), so they follow a server resume.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -16,7 +24,9 @@ from flwr.clientapp import ClientApp
 
 from bouquet.apps.config import RunConfig, resolve
 from bouquet.apps.registry import get_task
+from bouquet.apps.results import default_results_dir
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
+from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.strategies.base import HELLO_ACTION, INIT_ACTION
 from bouquet.strategies.model import to_record
 
@@ -55,6 +65,65 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
     return cfg, env
 
 
+#: Node-config key of the folder that holds this node's saved state.
+STATE_DIR_KEY = "state-dir"
+#: Values of ``state-dir`` that turn persistence off.
+STATE_OFF = ("off", "none", "")
+
+
+def run_key(cfg: RunConfig, context: Context) -> str:
+    """Name that node state is filed under.
+
+    ``run-name``, the name of the ``resume-from`` folder, or (unnamed runs, whose node state
+    cannot follow a server resume) ``flwr-run-<run id>``.
+    """
+    if cfg.common.resume_from:
+        return Path(cfg.common.resume_from).name
+    return cfg.common.run_name or f"flwr-run-{context.run_id}"
+
+
+def node_store(context: Context, cfg: RunConfig, env: ClientEnv) -> NodeStore | None:
+    """The node's state folder for this run (None when ``state-dir=off``)."""
+    key = run_key(cfg, context)
+    setting = context.node_config.get(STATE_DIR_KEY)
+    if setting is not None:
+        if str(setting).strip().lower() in STATE_OFF:
+            return None
+        root = Path(str(setting)).expanduser().resolve() / key
+    elif cfg.common.resume_from:
+        root = Path(cfg.common.resume_from).expanduser().resolve() / "client-state"
+    else:
+        base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
+            else default_results_dir()
+        root = base / key / "client-state"
+    return NodeStore(root / f"partition-{env.partition_id}", env.partition_id, context.run_id,
+                     resumed=bool(cfg.common.resume_from))
+
+
+def with_node_memory(msg: Message, context: Context, cfg: RunConfig, env: ClientEnv,
+                     answer: Callable[[], RecordDict]) -> RecordDict:
+    """Restore ``context.state`` if the node lost it, answer, then save what changed.
+
+    The state is saved before the reply leaves: a reply whose state could not be written is
+    not sent (the exception becomes an error reply).
+    """
+    rnd = message_config(msg).get("server-round")
+    store = node_store(context, cfg, env) if isinstance(rnd, int) else None
+    if store is None or not isinstance(rnd, int):
+        return answer()
+    restore(context, store, rnd)
+    try:
+        content = answer()
+    except BaseException:
+        try:  # keep what the failed call recorded (conservative for accountants)
+            persist(context, store, rnd)
+        except Exception:  # the original error is the one to report
+            pass
+        raise
+    persist(context, store, rnd)
+    return content
+
+
 def _check_method(msg: Message, cfg: RunConfig) -> None:
     sent = message_config(msg).get("method", cfg.method.name)
     if sent != cfg.method.name:
@@ -66,7 +135,8 @@ def train(msg: Message, context: Context) -> Message:
     """Run the method's local training procedure."""
     cfg, env = environment(context)
     _check_method(msg, cfg)
-    content = _procedure(cfg.method.client).train(msg, context, env)
+    proc = _procedure(cfg.method.client)
+    content = with_node_memory(msg, context, cfg, env, lambda: proc.train(msg, context, env))
     return Message(content, reply_to=msg)
 
 
@@ -75,7 +145,8 @@ def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate with the method's procedure (default: the task's metrics on local test rows)."""
     cfg, env = environment(context)
     _check_method(msg, cfg)
-    content = _procedure(cfg.method.client).evaluate(msg, context, env)
+    proc = _procedure(cfg.method.client)
+    content = with_node_memory(msg, context, cfg, env, lambda: proc.evaluate(msg, context, env))
     return Message(content, reply_to=msg)
 
 
@@ -94,5 +165,6 @@ def query(msg: Message, context: Context) -> Message:
         arrays = env.task.initial_arrays(cfg.common.seed)
         return Message(RecordDict({"arrays": to_record(arrays)}), reply_to=msg)
     _check_method(msg, cfg)
-    content = _procedure(cfg.method.client).query(msg, context, env)
+    proc = _procedure(cfg.method.client)
+    content = with_node_memory(msg, context, cfg, env, lambda: proc.query(msg, context, env))
     return Message(content, reply_to=msg)

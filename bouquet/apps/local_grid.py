@@ -9,6 +9,7 @@ injected per node: ``corrupt[partition_id] = fn(content) -> content`` edits a re
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -19,6 +20,9 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.apps.client_app import app as client_app
 from bouquet.apps.config import all_keys
+
+#: Each grid is a new "flwr run": its contexts get a run id no other grid in this process has.
+_RUN_IDS = itertools.count(1)
 
 
 def full_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -35,17 +39,25 @@ class LocalGrid(Grid):
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
         self.app = client or client_app
         self.run_config = full_run_config(run_config)
-        self.contexts = {
-            1000 + i: Context(1, 1000 + i, {"partition-id": i, "num-partitions": num_nodes},
-                              RecordDict(), dict(self.run_config))
-            for i in range(num_nodes)
-        }
+        self.run_id = next(_RUN_IDS)
+        self.num_nodes = num_nodes
+        self.contexts = {1000 + i: self.fresh_context(i) for i in range(num_nodes)}
         self.replies: dict[str, Message] = {}
         self.corrupt: dict[int, Callable[[RecordDict], RecordDict]] = {}
         self.fail: set[int] = set()
         self.drop: set[int] = set()
         self.offline: set[int] = set()
         self.sent: list[Message] = []
+
+    def fresh_context(self, partition_id: int) -> Context:
+        """A node's context as a newly started SuperNode has it (empty ``state``)."""
+        return Context(self.run_id, 1000 + partition_id,
+                       {"partition-id": partition_id, "num-partitions": self.num_nodes},
+                       RecordDict(), dict(self.run_config))
+
+    def restart(self, partition_id: int) -> None:
+        """Restart a node: same node id and run, empty ``context.state`` (as Flower does)."""
+        self.contexts[1000 + partition_id] = self.fresh_context(partition_id)
 
     def pid(self, node_id: int) -> int:
         """Partition id of a node."""

@@ -19,7 +19,13 @@ from flwr.serverapp import Grid
 from bouquet.apps.config import ConfigError, RunConfig, resolve
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import ResultsWriter, default_results_dir
-from bouquet.strategies.base import INIT_ACTION, BouquetStrategy, StrategySetup, exchange
+from bouquet.strategies.base import (
+    INIT_ACTION,
+    BouquetStrategy,
+    NotEnoughNodes,
+    StrategySetup,
+    exchange,
+)
 from bouquet.strategies.checkpoint import load_checkpoint, save_checkpoint
 from bouquet.strategies.model import to_numpy, to_record
 
@@ -114,6 +120,24 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrateg
     return strategy
 
 
+def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, headline: list[str],
+                           cfg: RunConfig, run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
+    """Write ``summary.json`` of the rounds done, with a ``stopped`` entry, and say how to resume.
+
+    The checkpoint of the last complete round is already on disk, so the run can be resumed
+    from it once enough nodes are back.
+    """
+    done = rnd - 1
+    hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
+            f"\"resume-from='{run_dir}'\")")
+    extras = dict(strategy.summary_extras())
+    extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint}
+    path = writer.finish(headline, extras, cfg.common.target_accuracy)
+    say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
+        f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
+    return path
+
+
 def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     """Run a whole federated run on ``grid``; return the path of ``summary.json``."""
     cfg = resolve(run_config)
@@ -121,13 +145,16 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     task = load_server_task(cfg)
     mode = evaluation_mode(cfg, task)
     meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
-    writer = ResultsWriter(run_dir, cfg.to_yaml(), meta)
+    # A resumed run reads its checkpoint before anything in the run folder is rewritten: a
+    # corrupt checkpoint stops here (CheckpointError names the file) and changes nothing.
+    resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     strategy = build_strategy(cfg, initial_arrays(cfg, task, grid) if holds_model(cfg) else None)
-
     first = 1
-    if cfg.common.resume_from:
-        done, state, _ = load_checkpoint(run_dir / CHECKPOINT_DIR)
-        strategy.load_state_dict(state)
+    if resumed is not None:
+        strategy.load_state_dict(resumed[1])
+    writer = ResultsWriter(run_dir, cfg.to_yaml(), meta)
+    if resumed is not None:
+        done = resumed[0]
         writer.resume(done)
         first = done + 1
         say(f"resuming {run_dir} after round {done}")
@@ -138,14 +165,22 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     headline: list[str] = []
     for rnd in range(first, rounds + 1):
         t0 = time.monotonic()
-        rlog = strategy.train_round(grid, rnd)
+        try:
+            rlog = strategy.train_round(grid, rnd)
+        except NotEnoughNodes as exc:
+            stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
+            raise
         eval_metrics: dict[str, float] = {}
         if mode == "central":
             arrays = strategy.global_arrays()
             if arrays is not None:
                 eval_metrics = dict(task.evaluate(to_numpy(arrays)))  # type: ignore[union-attr]
         elif mode == "federated":
-            elog = strategy.evaluate_round(grid, rnd)
+            try:
+                elog = strategy.evaluate_round(grid, rnd)
+            except NotEnoughNodes as exc:
+                stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
+                raise
             eval_metrics = dict(elog.metrics)
             rlog.up_bytes += elog.up_bytes
             rlog.down_bytes += elog.down_bytes

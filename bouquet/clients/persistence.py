@@ -1,0 +1,249 @@
+"""Node memory on the node's own disk: ``context.state`` that survives a SuperNode restart.
+
+Flower keeps ``context.state`` in the SuperNode's memory for the life of one run: a restarted
+SuperNode, or a new ``flwr run`` that resumes a stopped server, starts with an empty state
+(reference flower-1.42 §8, §11). For a DP client that would silently reset its privacy
+accountant; for SCAFFOLD it would lose ``c_i``; for a bandit silo its tree nodes. This module
+writes the whole ``context.state`` to disk after every message that changed it, and restores it
+when a node meets the run with an empty state.
+
+Layout: one folder per run and partition, holding a few round-tagged versions::
+
+    <folder>/r000004-s000007-run<flower run id>/state.npz + meta.json
+
+Each version is a :mod:`bouquet.strategies.checkpoint` checkpoint (atomic, checksummed) whose one
+array is ``context.state`` serialised with Flower's own protobuf encoding, so every record type
+round-trips exactly. A version whose ``meta.json`` is absent was never completed (the node died
+while writing it, before its reply left) and is ignored; a version that is present but corrupt
+raises :class:`StateRestoreError` naming the file and the node answers nothing (it is never
+half-loaded, and it never silently falls back to an older version, which for a DP client would
+under-report epsilon).
+
+Which version is restored (a node with no ``bouquet.persistence`` marker in ``context.state``):
+
+* versions written in this Flower run exist (the SuperNode restarted): the latest one of a round
+  <= the message's round;
+* none, and the run resumes a stopped one (``resume-from``): the latest version of a round <
+  the message's round, from the earlier attempts; versions of later rounds belong to work the
+  resumed server never saw and are deleted. The restored state is re-saved under this run;
+* none, and a new run: nothing (stale versions of an earlier run with the same name are deleted).
+
+Versions are saved under the round of the message (``server-round``) and the three newest are
+kept, enough for a server that resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+from bouquet.strategies.checkpoint import (
+    META_FILE,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+#: ``context.state`` record that marks a context as already restored (never persisted itself).
+MARKER = "bouquet.persistence"
+#: How many versions a partition's folder keeps.
+KEEP_VERSIONS = 3
+_STATE_KEY = "context-state"
+_VERSION = re.compile(r"^r(\d+)-s(\d+)-run(\d+)$")
+
+
+class StateRestoreError(RuntimeError):
+    """A node's saved state exists but cannot be read back; the node refuses to answer."""
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Version:
+    """One saved version: the round it belongs to, a sequence number and the Flower run id."""
+
+    round: int
+    seq: int
+    run_id: int
+
+    @property
+    def name(self) -> str:
+        """Folder name of this version."""
+        return f"r{self.round:06d}-s{self.seq:06d}-run{self.run_id}"
+
+
+def encode_state(state: RecordDict) -> bytes:
+    """``state`` without the marker, as deterministic protobuf bytes."""
+    content = RecordDict({k: v for k, v in state.items() if k != MARKER})
+    return bytes(recorddict_to_proto(content).SerializeToString(deterministic=True))
+
+
+def decode_state(blob: bytes) -> RecordDict:
+    """Inverse of :func:`encode_state`."""
+    proto = ProtoRecordDict()
+    proto.ParseFromString(blob)
+    return recorddict_from_proto(proto)
+
+
+class NodeStore:
+    """The saved versions of one partition's state in one run.
+
+    Parameters
+    ----------
+    folder : Path
+        ``<state-dir>/<run name>/partition-<id>`` (created on the first save).
+    partition_id : int
+        Checked on load, so a folder copied to the wrong node is refused.
+    run_id : int
+        The Flower run id of this attempt.
+    resumed : bool
+        True when this run continues a stopped one (``resume-from``): versions of earlier
+        attempts may then be restored.
+
+    """
+
+    def __init__(self, folder: Path, partition_id: int, run_id: int, resumed: bool) -> None:
+        self.folder = folder
+        self.partition_id = partition_id
+        self.run_id = run_id
+        self.resumed = resumed
+
+    def all_versions(self) -> list[Version]:
+        """Every version folder, complete or not, oldest first."""
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for entry in self.folder.iterdir():
+            m = _VERSION.match(entry.name)
+            if m and entry.is_dir():
+                out.append(Version(int(m[1]), int(m[2]), int(m[3])))
+        return sorted(out)
+
+    def complete(self) -> list[Version]:
+        """Versions whose checkpoint was finished (``meta.json`` written), oldest first."""
+        return [v for v in self.all_versions() if (self.folder / v.name / META_FILE).is_file()]
+
+    def path(self, version: Version) -> Path:
+        """Folder of one version."""
+        return self.folder / version.name
+
+    def load(self, version: Version) -> RecordDict:
+        """Read one version; raise :class:`StateRestoreError` if it is corrupt."""
+        folder = self.path(version)
+        try:
+            rnd, state, extra = load_checkpoint(folder)
+            blob = state[_STATE_KEY]
+            if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8:
+                raise CheckpointError(f"{folder / 'state.npz'}: no serialised context state")
+            if int(extra.get("partition-id", -1)) != self.partition_id or rnd != version.round:
+                raise CheckpointError(
+                    f"{folder / META_FILE}: belongs to partition {extra.get('partition-id')} "
+                    f"round {rnd}, not partition {self.partition_id} round {version.round}")
+            return decode_state(blob.tobytes())
+        except (CheckpointError, KeyError, ValueError) as exc:
+            raise StateRestoreError(
+                f"cannot restore this node's saved state: {exc}. The node refuses to answer "
+                "rather than start from an empty state (a DP client would under-report epsilon). "
+                f"Repair or restore the file, or delete {folder} to accept losing that state."
+            ) from exc
+
+    def save(self, rnd: int, blob: bytes) -> Version:
+        """Write a new version for round ``rnd``; keep the newest :data:`KEEP_VERSIONS`."""
+        existing = self.all_versions()
+        seq = max((v.seq for v in existing), default=-1) + 1
+        version = Version(rnd, seq, self.run_id)
+        save_checkpoint(self.path(version), rnd,
+                        {_STATE_KEY: np.frombuffer(blob, dtype=np.uint8)},
+                        extra={"partition-id": self.partition_id, "run-id": self.run_id})
+        self.prune(keep=frozenset({version}))
+        return version
+
+    def prune(self, keep: frozenset[Version] = frozenset(), only_this_run: bool = False) -> None:
+        """Delete incomplete and surplus versions (and, optionally, other runs' versions).
+
+        Keeps the newest :data:`KEEP_VERSIONS` complete versions and anything in ``keep``; with
+        ``only_this_run`` every version written by another Flower run goes too.
+        """
+        done = self.complete()
+        doomed = set(self.all_versions()) - set(done)
+        if only_this_run:
+            doomed.update(v for v in done if v.run_id != self.run_id)
+        alive = [v for v in done if v not in doomed]
+        doomed.update(alive[:-KEEP_VERSIONS])
+        for v in doomed - set(keep):
+            shutil.rmtree(self.path(v), ignore_errors=True)
+
+
+def _marker(digest: str, restored: int) -> ConfigRecord:
+    return ConfigRecord({"digest": digest, "restored-round": restored})
+
+
+def restore(context: Context, store: NodeStore, rnd: int) -> int | None:
+    """Fill an empty ``context.state`` from disk (see the module docstring).
+
+    Does nothing when the context is already marked. Returns the round of the restored version
+    (None when nothing was restored).
+
+    Parameters
+    ----------
+    context : Context
+        The node's context; its state is replaced in place.
+    store : NodeStore
+        This partition's versions.
+    rnd : int
+        ``server-round`` of the message being answered.
+
+    """
+    if MARKER in context.state:
+        return None
+    done = store.complete()
+    mine = [v for v in done if v.run_id == store.run_id]
+    chosen: Version | None = None
+    if mine:  # the SuperNode restarted during this run
+        candidates = [v for v in mine if v.round <= rnd]
+        chosen = candidates[-1] if candidates else None
+    elif store.resumed:  # first contact with a resumed run
+        candidates = [v for v in done if v.round < rnd]
+        chosen = candidates[-1] if candidates else None
+    restored: RecordDict | None = store.load(chosen) if chosen is not None else None
+    if restored is not None:
+        for k in list(context.state.keys()):
+            del context.state[k]
+        for k, rec in restored.items():
+            context.state[k] = rec
+    blob = encode_state(context.state)
+    if not mine:
+        # Adopt the restored state under this run (written first), then forget other attempts
+        # and older runs.
+        if restored is not None and chosen is not None:
+            store.save(chosen.round, blob)
+        store.prune(only_this_run=True)
+    context.state[MARKER] = _marker(_digest(blob), chosen.round if chosen else -1)
+    return chosen.round if chosen else None
+
+
+def persist(context: Context, store: NodeStore, rnd: int) -> bool:
+    """Save ``context.state`` as a version of round ``rnd`` if it changed; True if written."""
+    blob = encode_state(context.state)
+    digest = _digest(blob)
+    marker = context.state.get(MARKER) if MARKER in context.state else None
+    if isinstance(marker, ConfigRecord) and marker.get("digest") == digest:
+        return False
+    restored = marker.get("restored-round", -1) if isinstance(marker, ConfigRecord) else -1
+    restored = restored if isinstance(restored, int) else -1
+    if not store.complete() and not context.state.keys() - {MARKER}:
+        context.state[MARKER] = _marker(digest, restored)
+        return False  # nothing to keep yet
+    store.save(rnd, blob)
+    context.state[MARKER] = _marker(digest, restored)
+    return True
+
+
+def _digest(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()
