@@ -1,0 +1,338 @@
+"""Reliability in simulation: server resume, node restarts, node memory on disk, corrupt state.
+
+Every run goes through the real ServerApp loop (``execute``) and the real ClientApp on the
+in-process grid. A new :class:`LocalGrid` is a new ``flwr run``: new run id, empty
+``context.state`` on every node, exactly what a resumed server meets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from bouquet.apps.local_grid import LocalGrid
+from bouquet.apps.registry import get_method, methods
+from bouquet.apps.runner import CHECKPOINT_DIR, execute
+from bouquet.clients.persistence import MARKER, NodeStore, StateRestoreError, persist, restore
+from bouquet.strategies.base import NotEnoughNodes
+from bouquet.strategies.checkpoint import CheckpointError, load_checkpoint
+
+#: One method per family (with its privacy switch where it has one).
+FAMILIES: dict[str, dict[str, Any]] = {
+    "scafcom": {},
+    "fedkseed": {},
+    "ffa-lora": {"dp.enabled": True},
+    "dp-fedlinucb-ldp": {},
+}
+FAMILY_METHODS = [m for m in FAMILIES if m in methods()]
+
+
+class HookedGrid(LocalGrid):
+    """A LocalGrid that calls ``hooks[r](grid)`` once, before the first message of round ``r``."""
+
+    def __init__(self, num_nodes: int, run_config: dict[str, Any],
+                 hooks: dict[int, Callable[[HookedGrid], None]] | None = None) -> None:
+        super().__init__(num_nodes, run_config)
+        self.hooks = dict(hooks or {})
+
+    def push_messages(self, messages: Any) -> Any:
+        messages = list(messages)
+        for m in messages:
+            cfg = m.content.get("config") if "config" in m.content else None
+            rnd = cfg.get("server-round") if isinstance(cfg, ConfigRecord) else None
+            if isinstance(rnd, int) and rnd in self.hooks:
+                self.hooks.pop(rnd)(self)
+        return super().push_messages(messages)
+
+
+class ServerDies(Exception):
+    """Stands for a ServerApp killed in the middle of a round."""
+
+
+class DyingGrid(LocalGrid):
+    """Nodes answer round ``die_at`` (and save their state), then the server dies."""
+
+    def __init__(self, num_nodes: int, run_config: dict[str, Any], die_at: int) -> None:
+        super().__init__(num_nodes, run_config)
+        self.die_at = die_at
+
+    def pull_messages(self, message_ids: Any) -> Any:
+        for m in self.sent:
+            cfg = m.content.get("config") if "config" in m.content else None
+            if isinstance(cfg, ConfigRecord) and cfg.get("server-round") == self.die_at:
+                raise ServerDies
+        return super().pull_messages(message_ids)
+
+
+def config(name: str, tmp_path: Path, **over: Any) -> dict[str, Any]:
+    m = get_method(name)
+    cfg = {"method": name, "task": m.test_task or m.default_task, "results-dir": str(tmp_path),
+           "seed": 3, "fraction-train": 0.5, "sample-deadline": 5.0, "round-timeout": 60.0,
+           **m.test_config, **FAMILIES.get(name, {})}
+    cfg.update(over)
+    return cfg
+
+
+def run(cfg: dict[str, Any], nodes: int = 4, grid: LocalGrid | None = None) -> Path:
+    g = grid or LocalGrid(nodes, cfg)
+    return execute(g, g.run_config)
+
+
+def lines(summary: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(x) for x in (summary.parent / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+
+
+def node_folder(run_dir: Path, pid: int) -> Path:
+    return run_dir / "client-state" / f"partition-{pid}"
+
+
+# --------------------------------------------------------------------------- server resume
+@pytest.mark.parametrize("name", FAMILY_METHODS)
+def test_resumed_run_equals_uninterrupted_run(name: str, tmp_path: Path) -> None:
+    full = run(config(name, tmp_path, **{"num-server-rounds": 3, "run-name": "full"}))
+    part = run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "part"}))
+    resumed = run(config(name, tmp_path, **{"num-server-rounds": 3,
+                                            "resume-from": str(part.parent)}))
+    assert resumed == part
+    assert len(lines(full)) == 3
+    assert lines(resumed) == lines(full)
+
+
+def test_without_node_memory_a_resumed_bandit_run_diverges(tmp_path: Path) -> None:
+    """The check above can fail: the same resume with node memory off gives other numbers."""
+    name = "dp-fedlinucb-ldp"
+    if name not in methods():
+        pytest.skip(f"{name} is not registered")
+    full = run(config(name, tmp_path, **{"num-server-rounds": 3, "run-name": "full"}))
+    part = run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "part"}))
+    grid = LocalGrid(4, config(name, tmp_path, **{"num-server-rounds": 3,
+                                                  "resume-from": str(part.parent)}))
+    for ctx in grid.contexts.values():
+        ctx.node_config["state-dir"] = "off"
+    resumed = run({}, grid=grid)
+    assert lines(resumed)[:2] == lines(full)[:2]
+    assert lines(resumed)[2] != lines(full)[2]
+
+
+def test_server_killed_mid_round_then_resumed(tmp_path: Path) -> None:
+    """Nodes saved round-2 state the dead server never aggregated; the resume must not use it.
+
+    The bandit silo refuses a round it has already answered, so restoring the orphaned
+    round-2 state would turn into error replies.
+    """
+    name = "dp-fedlinucb-ldp" if "dp-fedlinucb-ldp" in methods() else "scafcom"
+    over = {"num-server-rounds": 3, "fraction-train": 1.0}
+    full = run(config(name, tmp_path, **over, **{"run-name": "full"}))
+    part = run(config(name, tmp_path, **{**over, "num-server-rounds": 1, "run-name": "part"}))
+    dying = DyingGrid(4, config(name, tmp_path, **over, **{"resume-from": str(part.parent)}),
+                      die_at=2)
+    with pytest.raises(ServerDies):
+        run({}, grid=dying)
+    assert any(v.round == 2 for v in NodeStore(node_folder(part.parent, 0), 0, 0, True).complete())
+    resumed = run(config(name, tmp_path, **over, **{"resume-from": str(part.parent)}))
+    assert lines(resumed) == lines(full)
+    assert all(r["errors"] == 0 for r in lines(resumed))
+
+
+def test_corrupt_server_checkpoint_is_refused_and_nothing_is_touched(tmp_path: Path) -> None:
+    part = run(config("fedavg", tmp_path, **{"num-server-rounds": 1, "run-name": "part",
+                                             "local-steps": 1}), nodes=2)
+    run_dir = part.parent
+    state = run_dir / CHECKPOINT_DIR / "state.npz"
+    state.write_bytes(state.read_bytes()[:100])
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    with pytest.raises(CheckpointError, match=r"checkpoint/state\.npz"):
+        run(config("fedavg", tmp_path, **{"num-server-rounds": 2, "resume-from": str(run_dir),
+                                          "local-steps": 1}), nodes=2)
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+# --------------------------------------------------------------------------- lacking nodes
+def test_too_few_nodes_stops_with_a_usable_checkpoint(tmp_path: Path) -> None:
+    over = {"num-server-rounds": 3, "min-train-nodes": 3, "sample-deadline": 1.0,
+            "fraction-train": 1.0, "local-steps": 2}
+    full = run(config("fedavg", tmp_path, **over, **{"run-name": "full"}), nodes=3)
+
+    def leave(g: HookedGrid) -> None:
+        g.offline.add(1002)
+
+    grid = HookedGrid(3, config("fedavg", tmp_path, **over, **{"run-name": "part"}),
+                      hooks={2: leave})
+    # The hook fires when round 2's first message is pushed; discovery for round 2 has run by
+    # then, so the node is gone from round 3 on.
+    with pytest.raises(NotEnoughNodes, match="min-train-nodes is 3"):
+        run({}, grid=grid)
+    run_dir = tmp_path / "part"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped"]["after_round"] == 2 and summary["rounds"] == 2
+    assert "--resume" in summary["stopped"]["resume"]
+    assert load_checkpoint(run_dir / CHECKPOINT_DIR)[0] == 2
+    resumed = run(config("fedavg", tmp_path, **over, **{"resume-from": str(run_dir)}), nodes=3)
+    assert lines(resumed) == lines(full)
+
+
+def test_missing_node_is_recorded_and_later_rounds_use_the_others(tmp_path: Path) -> None:
+    def vanish(g: HookedGrid) -> None:  # its round-2 reply never comes; then it is gone
+        g.drop.add(1)
+        g.offline.add(1001)
+
+    grid = HookedGrid(3, config("fedavg", tmp_path, **{"num-server-rounds": 3, "run-name": "x",
+                                                       "fraction-train": 1.0, "local-steps": 1,
+                                                       "round-timeout": 1.0}),
+                      hooks={2: vanish})
+    rows = lines(run({}, grid=grid))
+    assert [r["missing"] for r in rows] == [0, 1, 0]
+    assert rows[1]["failures"] == [{"kind": "missing", "node_id": 1001, "partition_id": 1,
+                                    "reason": "no reply before the round timeout"}]
+    assert rows[2]["clients"] == 2 and rows[2]["sampled"] == 2
+    summary = json.loads((tmp_path / "x" / "summary.json").read_text())
+    assert summary["failures"]["missing"] == 1
+
+
+# --------------------------------------------------------------------------- node restarts
+@pytest.mark.skipif("ffa-lora" not in methods(), reason="ffa-lora is not registered")
+def test_restarted_dp_node_keeps_its_epsilon_and_a_corrupt_one_refuses(tmp_path: Path) -> None:
+    """Before round 3, three SuperNodes restart (empty ``context.state``).
+
+    * node 0 restores its accountant: its epsilon grows from its round-2 value and equals the
+      uninterrupted run's;
+    * node 1 finds its saved state truncated: it refuses (error reply naming the file);
+    * node 2 restarts with node memory off: its epsilon starts again from zero and ends below
+      its round-2 value, which is what the restore prevents.
+    """
+    over = {"num-server-rounds": 3, "fraction-train": 1.0}
+    full = run(config("ffa-lora", tmp_path, **over, **{"run-name": "full"}), nodes=3)
+    eps_full = load_checkpoint(full.parent / CHECKPOINT_DIR)[1]["epsilon"]
+    run_dir = tmp_path / "restarts"
+    seen: dict[str, dict[str, float]] = {}
+
+    def restart(g: HookedGrid) -> None:
+        seen["round 2"] = load_checkpoint(run_dir / CHECKPOINT_DIR)[1]["epsilon"]
+        latest = NodeStore(node_folder(run_dir, 1), 1, g.run_id, False).complete()[-1]
+        blob = node_folder(run_dir, 1) / latest.name / "state.npz"
+        blob.write_bytes(blob.read_bytes()[:-20])
+        for pid in (0, 1, 2):
+            g.restart(pid)
+        g.contexts[1002].node_config["state-dir"] = "off"
+
+    grid = HookedGrid(3, config("ffa-lora", tmp_path, **over, **{"run-name": "restarts"}),
+                      hooks={3: restart})
+    rows = lines(run({}, grid=grid))
+    eps = load_checkpoint(run_dir / CHECKPOINT_DIR)[1]["epsilon"]
+    before = seen["round 2"]
+    assert eps["0"] > before["0"] > 0
+    assert eps["0"] == eps_full["0"]
+    assert rows[2]["errors"] == 1 and rows[2]["failures"][0]["partition_id"] == 1
+    assert "state.npz" in rows[2]["failures"][0]["reason"]
+    assert eps["1"] == before["1"]  # no reply: the server keeps its last value
+    assert eps["2"] < before["2"] < eps_full["2"]
+
+
+# --------------------------------------------------------------------------- the store itself
+def _context(run_id: int = 7) -> Context:
+    return Context(run_id, 1, {"partition-id": 0, "num-partitions": 1}, RecordDict(), {})
+
+
+def _set(ctx: Context, value: int) -> None:
+    ctx.state["m.counter"] = ConfigRecord({"n": value, "b": b"\x00\xff", "l": [1.5, 2.5]})
+    ctx.state["m.arrays"] = ArrayRecord({"w": Array(np.full((2, 3), value, dtype=np.float32))})
+
+
+def _read(ctx: Context) -> int:
+    return int(ctx.state["m.counter"]["n"])  # type: ignore[arg-type]
+
+
+def test_store_round_trips_every_record_type(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    _set(ctx, 5)
+    assert persist(ctx, store, 1)
+    assert not persist(ctx, store, 1)  # unchanged state is not written again
+    again = _context()
+    assert restore(again, store, 2) == 1
+    assert again.state["m.counter"] == ctx.state["m.counter"]
+    assert (again.state["m.arrays"]["w"].numpy() == 5).all()
+    assert MARKER in again.state
+
+
+def test_stateless_nodes_write_nothing(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    assert not persist(ctx, store, 1)
+    assert not (tmp_path / "p0").exists()
+
+
+def test_unfinished_version_is_ignored_and_corrupt_metadata_refused(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    for rnd in (1, 2, 3):
+        restore(ctx, store, rnd)
+        _set(ctx, rnd)
+        persist(ctx, store, rnd)
+    versions = store.complete()
+    assert [v.round for v in versions] == [1, 2, 3]
+    (store.path(versions[-1]) / "meta.json").unlink()  # died while writing round 3
+    back = _context()
+    assert restore(back, store, 4) == 2 and _read(back) == 2
+    (store.path(versions[1]) / "meta.json").write_text("{")
+    with pytest.raises(StateRestoreError, match=r"r000002-s000001-run7/meta\.json"):
+        restore(_context(), store, 4)
+
+
+def test_new_run_with_the_same_name_starts_empty(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    _set(ctx, 9)
+    persist(ctx, store, 1)
+    later = NodeStore(tmp_path / "p0", 0, 8, resumed=False)
+    fresh = _context(8)
+    assert restore(fresh, later, 3) is None and "m.counter" not in fresh.state
+    assert later.complete() == []
+
+
+def test_restore_after_resume_skips_orphaned_rounds(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    for rnd in (1, 2, 3):
+        restore(ctx, store, rnd)
+        _set(ctx, rnd)
+        persist(ctx, store, rnd)
+    resumed = NodeStore(tmp_path / "p0", 0, 8, resumed=True)
+    back = _context(8)
+    assert restore(back, resumed, 3) == 2 and _read(back) == 2  # server resumed after round 2
+    assert [(v.round, v.run_id) for v in resumed.complete()] == [(2, 8)]
+
+
+def test_state_folder_copied_to_another_partition_is_refused(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    _set(ctx, 1)
+    persist(ctx, store, 1)
+    other = NodeStore(tmp_path / "p0", 3, 7, False)
+    with pytest.raises(StateRestoreError, match="partition 0"):
+        restore(_context(), other, 2)
+
+
+def test_message_without_round_neither_restores_nor_saves(tmp_path: Path) -> None:
+    from bouquet.apps.client_app import with_node_memory
+    from bouquet.apps.config import resolve
+
+    cfg = resolve({"method": "fedavg", "results-dir": str(tmp_path), "run-name": "r"})
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    ctx = _context()
+    msg = Message(RecordDict({"config": ConfigRecord({"action": "x"})}), dst_node_id=1,
+                  message_type="query")
+    out = with_node_memory(msg, ctx, cfg, None, lambda: RecordDict())  # type: ignore[arg-type]
+    assert out == RecordDict() and MARKER not in ctx.state
