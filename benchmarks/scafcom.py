@@ -114,18 +114,20 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
         ratio = ref_up / u  # type: ignore[operator]
         ok = gap <= 1.5 and ratio >= 20
         lines.append(f"- {name} within 1.5 points of SCAFFOLD's best accuracy with >= 20x fewer "
-                     f"uplink bytes: gap {gap:+.1f} points, {ratio:.1f}x fewer bytes "
+                     f"uplink bytes: SCAFFOLD minus {name} = {gap:+.1f} points, {ratio:.1f}x fewer bytes "
                      f"(measured on the wire) -> {verdict(ok)}")
     if acc["fedavg-topk"] is not None and acc["scafcom-topk"] is not None:
         gap = 100 * (acc["scafcom-topk"] - acc["fedavg-topk"])  # type: ignore[operator]
         lines.append(f"- FedAvg+top-k (no EF) falls clearly behind SCAFCOM (> 3 points): "
-                     f"{gap:+.1f} points -> {verdict(gap > 3)}")
+                     f"SCAFCOM minus FedAvg+top-k = {gap:+.1f} points -> {verdict(gap > 3)}")
     if acc["fed-ef"] is not None and acc["scafcom-topk"] is not None:
         gap = 100 * (acc["scafcom-topk"] - acc["fed-ef"])  # type: ignore[operator]
-        lines.append(f"- Fed-EF stays behind SCAFCOM: {gap:+.1f} points -> {verdict(gap > 0)}")
+        lines.append(f"- Fed-EF stays behind SCAFCOM: SCAFCOM minus Fed-EF = {gap:+.1f} points -> "
+                     f"{verdict(gap > 0)}")
     if acc["scafcom-beta1"] is not None and acc["scafcom-topk"] is not None:
         gap = 100 * (acc["scafcom-topk"] - acc["scafcom-beta1"])  # type: ignore[operator]
-        lines.append(f"- beta = 1 ablation is worse than beta = 0.2: {gap:+.1f} points -> "
+        lines.append(f"- beta = 1 ablation is worse than beta = 0.2: beta 0.2 minus beta 1 = "
+                     f"{gap:+.1f} points -> "
                      f"{verdict(gap > 0)}")
     s1, s2 = fin["scaffold-1up"], fin["scaffold"]
     if s1 is not None and s2 is not None and up["scaffold-1up"] and ref_up:
