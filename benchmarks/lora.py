@@ -21,6 +21,7 @@ run_suite('lora', Path('/tmp/bench-lora'), quick=True)"``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_per_client_round",
            "privacy.epsilon", "time.wall_s"]
 PLOT_METRICS = ["accuracy", "train_loss", "epsilon"]
 
+#: Rows of the central evaluation (rt-minilm's ``eval_size``); sets the noise floor of a verdict.
+EVAL_ROWS = 500
 MATCHED = {"fedit": 2, "ffa-lora": 4, "fed-sb": 40}
 USUAL = {"fedit": 8, "ffa-lora": 8, "fed-sb": 64}
 
@@ -77,6 +80,14 @@ def steady_uplink(run_dir: Path) -> float | None:
     return sum(r["up_bytes"] for r in recs) / sum(r["clients"] for r in recs)
 
 
+def _verdict(diff: float, claim_holds: bool) -> str:
+    """'holds' / 'does not hold', or 'inconclusive' within two binomial standard errors."""
+    se = math.sqrt(2 * 0.25 / EVAL_ROWS)  # difference of two accuracies near 0.5
+    if abs(diff) < 2 * se:
+        return f"inconclusive (|difference| {abs(diff):.3f} < 2 standard errors = {2 * se:.3f})"
+    return "holds" if claim_holds else "does not hold"
+
+
 def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     """Per-arm table (steady uplink, init cost, accuracy, epsilon) and the papers' predictions."""
     lines = ["| run | final acc | steady uplink B/client/round | Fed-SB init uplink B/client | "
@@ -107,7 +118,7 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
             for m in ("ffa-lora", "fed-sb"):
                 v = plain[m]
                 assert v is not None and fedit is not None
-                verdict = "holds" if v >= fedit else "does not hold"
+                verdict = _verdict(v - fedit, v >= fedit)
                 checks.append(f"- {label} ranks, non-private: {m} {v:.3f} vs FedIT {fedit:.3f} "
                               f"-> 'matches or beats FedIT' {verdict}.")
         for name in sorted(acc):
@@ -128,7 +139,8 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     for key, d in sorted(drops.items()):
         if len(d) == 3:
             worst = max(d, key=lambda m: d[m])
-            verdict = "holds" if worst == "fedit" else "does not hold"
+            runner_up = max(x for m, x in d.items() if m != worst)
+            verdict = _verdict(d[worst] - runner_up, worst == "fedit")
             checks.append(f"- {key}: largest DP drop is {worst} ({d[worst]:+.3f}) -> 'FedIT "
                           f"degrades most under DP' {verdict}.")
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "", *checks])
