@@ -6,8 +6,9 @@ What it does, in order:
    one ECDSA key pair per SuperNode (SuperNode authentication);
 2. starts ``flower-superlink`` with TLS and ``--enable-supernode-auth``, waits until it is
    healthy, and registers each node's public key (``flwr supernode register``);
-3. starts N ``flower-supernode`` processes, each with its own port, ``FLWR_HOME`` and
-   ``partition-id``;
+3. starts N ``flower-supernode`` processes, each with its own port, ``FLWR_HOME``,
+   ``partition-id`` and ``state-dir`` (the node's saved state, see
+   :mod:`bouquet.clients.persistence`);
 4. runs the app with ``flwr run <app> local-fleet --stream`` and checks that ``summary.json`` exists;
 5. stops every process it started, by PID, also on failure or Ctrl-C.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -145,6 +147,8 @@ class LocalFleet:
         return flower_env(home)
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen[bytes]:
+        if name in self.logs:  # a restarted component appends to its log
+            self.logs.pop(name).close()
         log = open(self.dir / f"{name}.log", "ab")
         self.logs[name] = log
         proc = subprocess.Popen(cmd, cwd=self.dir, env=self.env(name), stdout=log,
@@ -220,24 +224,75 @@ class LocalFleet:
         """Register a SuperNode's public key with the SuperLink."""
         self.flwr("supernode", "register", str(public_key), CONNECTION, "--name", name)
 
-    def start_node(self, i: int, key: Path | None = None) -> subprocess.Popen[bytes]:
-        """Start SuperNode ``i`` (``partition-id=i``); ``key`` overrides its auth key."""
+    def state_dir(self, i: int) -> Path:
+        """Where SuperNode ``i`` keeps its saved state (its own folder, as on its own machine)."""
+        return self.dir / f"state-node{i}"
+
+    def start_node(self, i: int, key: Path | None = None, name: str | None = None
+                   ) -> subprocess.Popen[bytes]:
+        """Start SuperNode ``i`` (``partition-id=i``).
+
+        ``key`` overrides its auth key and ``name`` its process/log name (default ``node<i>``).
+        """
         port = self.node_ports.setdefault(i, free_port())
+        node_config = (f"partition-id={i} num-partitions={self.num_nodes} "
+                       f'state-dir="{self.state_dir(i)}"')
         cmd = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
-               "--node-config", f"partition-id={i} num-partitions={self.num_nodes}",
-               "--host", "127.0.0.1", "--port", str(port)]
+               "--node-config", node_config, "--host", "127.0.0.1", "--port", str(port)]
         if self.secure:
             cmd += ["--root-certificates", str(self.tls["ca"]),
                     "--auth-supernode-private-key", str(key or self.keys[i][0])]
         else:
             cmd += ["--insecure"]
-        return self._spawn(f"node{i}", cmd)
+        return self._spawn(name or f"node{i}", cmd)
 
     def kill_node(self, i: int) -> None:
-        """SIGKILL SuperNode ``i`` and the processes it started."""
+        """SIGKILL SuperNode ``i`` and the processes it started (a machine that dies).
+
+        The SuperLink notices only when the node misses its heartbeat (about 43 s in Flower
+        1.42); until then replies it owes are missing, then they come back as errors.
+        """
         proc = self.procs.pop(f"node{i}")
-        stop_pids([proc.pid] + self._children(proc.pid), grace=0.0)
+        for pid in sorted({proc.pid, *self._children(proc.pid), *self._pids_of(f"node{i}")}):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         proc.wait(timeout=10)
+
+    def restart_node(self, i: int, *, graceful: bool = True, deadline: float = 150.0
+                     ) -> subprocess.Popen[bytes]:
+        """Stop SuperNode ``i`` and start it again with the same key, port and state folder.
+
+        ``graceful`` stops it with SIGTERM (it deactivates itself), otherwise with SIGKILL.
+        With authentication it keeps its node id; the SuperLink refuses to activate the same
+        key while it still counts the old process as online (exit code 305), so the start is
+        retried every few seconds until it holds or ``deadline`` seconds have passed. Flower
+        hands the node an empty ``context.state``; the ClientApp refills it from ``state-dir``.
+        """
+        if graceful:
+            proc = self.procs.pop(f"node{i}")
+            stop_pids([proc.pid] + self._children(proc.pid), grace=20.0)
+            proc.wait(timeout=10)
+        else:
+            self.kill_node(i)
+        end = time.monotonic() + deadline
+        while True:
+            node = self.start_node(i)
+            try:
+                code = node.wait(timeout=12)
+            except subprocess.TimeoutExpired:
+                return node  # activated and running
+            self.procs.pop(f"node{i}", None)
+            stop_pids(self._pids_of(f"node{i}"), grace=2.0)  # helpers the failed start left
+            if time.monotonic() > end:
+                raise RuntimeError(f"SuperNode {i} did not come back (exit code {code}); see "
+                                   f"{self.dir / f'node{i}.log'}")
+            time.sleep(3.0)
+
+    def _pids_of(self, name: str) -> list[int]:
+        """Processes running with component ``name``'s FLWR_HOME (also orphaned helpers)."""
+        return pids_mentioning(f"FLWR_HOME={self.dir / f'home-{name}'}\0")
 
     @staticmethod
     def _children(pid: int) -> list[int]:
