@@ -167,3 +167,11 @@ def test_select_only_uses_uniform_ratio_and_facility_location(tmp_path: Path) ->
     assert log.clients == 2
     assert log.metrics["mean_ratio"] == pytest.approx(0.2)
     assert not math.isnan(log.metrics["plan_objective"])
+
+
+def test_random_baselines_warm_up_only_when_asked(tmp_path: Path) -> None:
+    for warm, expected in ((False, 2), (True, 8)):
+        grid, strat = _build(8, tmp_path, method="random-topk",
+                             **{"fraction-train": 0.25, "fedcg.warmup-random": warm})
+        assert strat.train_round(grid, 1).clients == expected
+        assert strat.train_round(grid, 2).clients == 2

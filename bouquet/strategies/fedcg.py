@@ -66,6 +66,8 @@ class FedcgConfig:
     """Keys of FedCG and its baselines (prefix ``fedcg``)."""
 
     warmup_rounds: int = key(1, "first rounds in which every online client trains (signals)", min=0)
+    warmup_random: bool = key(
+        False, "give the random-selection baselines the same warm-up rounds (fair ablations)")
     warmup_fraction: float = key(
         1.0, "fraction of online clients that train in a warm-up round", min=0.0, max=1.0)
     diversity_weight: float = key(
@@ -185,27 +187,31 @@ class FedCG(ModelStrategy):
         upload = [self.time_model.upload_s(sysm.uplink_bps(p, rnd)) for p in pids]
         return fedcg_plan.ClientTimes(list(pids), np.array(compute), np.array(upload))
 
+    def data_size(self, pid: int) -> float:
+        """Training examples of ``pid`` reported at hello (at least 1)."""
+        return float(max(self.sizes.get(pid, 1), 1))
+
     def client_weight(self, pid: int) -> float:
         """Weight of a client in facility location and aggregation."""
-        if self.cfg.client_weights == "examples":
-            return float(max(self.sizes.get(pid, 1), 1))
-        return 1.0
+        return self.data_size(pid) if self.cfg.client_weights == "examples" else 1.0
 
     def choose_partitions(self, rnd: int, available: list[int]) -> list[int]:
         """Plan the round (selection and ratios) and return the selected partitions."""
         k = self.sample_size(rnd, len(available))
         rng = np.random.default_rng([self.common.seed, rnd, 7])
         s = self.settings
-        if s.selection == "random":
-            times = self.client_times(rnd, available)
-            sizes = {p: float(max(self.sizes.get(p, 1), 1)) for p in available}
-            plan = fedcg_plan.plan_random(times, k, sizes, s, rng)
-        elif rnd <= self.cfg.warmup_rounds:
+        random = s.selection == "random"
+        if rnd <= self.cfg.warmup_rounds and (not random or self.cfg.warmup_random):
             n = max(1, math.ceil(self.cfg.warmup_fraction * len(available)))
             members = sorted(available) if n >= len(available) else sorted(
                 int(available[i]) for i in rng.choice(len(available), size=n, replace=False))
-            weights = {p: self.client_weight(p) for p in members}
+            weights = {p: (self.data_size(p) if random else self.client_weight(p))
+                       for p in members}
             plan = fedcg_plan.plan_everyone(self.client_times(rnd, members), weights, s)
+        elif random:
+            times = self.client_times(rnd, available)
+            plan = fedcg_plan.plan_random(
+                times, k, {p: self.data_size(p) for p in available}, s, rng)
         else:
             times = self.client_times(rnd, available)
             weights = {p: self.client_weight(p) for p in set(available) | set(self.signals)}
