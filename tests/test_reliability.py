@@ -260,7 +260,7 @@ def test_store_round_trips_every_record_type(tmp_path: Path) -> None:
     again = _context()
     assert restore(again, store, 2) == 1
     assert again.state["m.counter"] == ctx.state["m.counter"]
-    assert (again.state["m.arrays"]["w"].numpy() == 5).all()
+    assert (again.state.array_records["m.arrays"]["w"].numpy() == 5).all()
     assert MARKER in again.state
 
 

@@ -6,7 +6,10 @@ method's :class:`ClientProcedure` with a :class:`ClientEnv`. A procedure returns
 makes Flower send an error reply, which the strategy counts.
 
 Per-client memory lives in ``context.state`` under ``"<method>.<name>"`` keys (see
-:class:`NodeState`): it persists across rounds for the life of the SuperNode.
+:class:`NodeState`): it persists across rounds, and the ClientApp also saves it on the node's
+disk and restores it after a SuperNode restart or a server resume
+(:mod:`bouquet.clients.persistence`). Keep everything a node must not lose there, not in module
+globals or process caches.
 """
 
 from __future__ import annotations
