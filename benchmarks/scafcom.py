@@ -16,6 +16,7 @@ beta = 1 (ablation).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def runs(quick: bool) -> list[BenchRun]:
-    """Every variant, one seed (quick) or three (full)."""
+    """Every variant, one seed (quick) or three (full).
+
+    ``SCAFCOM_BENCH_ROUNDS=<n>`` in the environment overrides the number of rounds (the longer
+    check in benchmarks/RESULTS.md uses 600).
+    """
     base = {**COMMON, **(QUICK if quick else FULL)}
+    if int(os.environ.get("SCAFCOM_BENCH_ROUNDS", "0")) > 0:
+        base["num-server-rounds"] = int(os.environ["SCAFCOM_BENCH_ROUNDS"])
     seeds = [0] if quick else [0, 1, 2]
     return [BenchRun(name=f"{name}-s{seed}", config={**base, **cfg, "seed": seed},
                      clients=CLIENTS)
