@@ -205,8 +205,9 @@ def test_restarted_dp_node_keeps_its_epsilon_and_a_corrupt_one_refuses(tmp_path:
     * node 0 restores its accountant: its epsilon grows from its round-2 value and equals the
       uninterrupted run's;
     * node 1 finds its saved state truncated: it refuses (error reply naming the file);
-    * node 2 restarts with node memory off: its epsilon starts again from zero and ends below
-      its round-2 value, which is what the restore prevents.
+    * node 2 restarts with node memory off: its accountant starts again from zero, so it reports
+      an epsilon below its round-2 value; the server refuses that reply (a node that lost its
+      accountant must not under-report) and keeps the last value.
     """
     over = {"num-server-rounds": 3, "fraction-train": 1.0}
     full = run(config("ffa-lora", tmp_path, **over, **{"run-name": "full"}), nodes=3)
@@ -230,10 +231,14 @@ def test_restarted_dp_node_keeps_its_epsilon_and_a_corrupt_one_refuses(tmp_path:
     before = seen["round 2"]
     assert eps["0"] > before["0"] > 0
     assert eps["0"] == eps_full["0"]
-    assert rows[2]["errors"] == 1 and rows[2]["failures"][0]["partition_id"] == 1
-    assert "state.npz" in rows[2]["failures"][0]["reason"]
+    errors = [f for f in rows[2]["failures"] if f["kind"] == "errors"]
+    assert rows[2]["errors"] == 1 and errors[0]["partition_id"] == 1
+    assert "state.npz" in errors[0]["reason"]
     assert eps["1"] == before["1"]  # no reply: the server keeps its last value
-    assert eps["2"] < before["2"] < eps_full["2"]
+    assert rows[2]["rejected"] == 1
+    rejected = [f for f in rows[2]["failures"] if f["kind"] == "rejected"]
+    assert rejected[0]["partition_id"] == 2 and "epsilon went down" in rejected[0]["reason"]
+    assert eps["2"] == before["2"] < eps_full["2"]
 
 
 # --------------------------------------------------------------------------- the store itself

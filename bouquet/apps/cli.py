@@ -71,7 +71,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             cfg["method"] = str(OmegaConf.load(saved).get("method"))  # type: ignore[union-attr,arg-type]
     if args.engine == "inprocess":
+        import datetime as dt
+
         from bouquet.apps.local_grid import LocalGrid
+
+        if not cfg.get("run-name") and not cfg.get("resume-from"):  # node state follows the name
+            cfg["run-name"] = (f"{cfg.get('method', 'fedavg')}-s{cfg.get('seed', 0)}-"
+                               f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
         from bouquet.apps.runner import execute
 
         grid = LocalGrid(args.clients, cfg)

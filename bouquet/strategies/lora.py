@@ -400,7 +400,14 @@ class LoraStrategy(BouquetStrategy):
             v.arrays(content, "arrays", {k: (s, np.float32) for k, s in self.spec.items()})
         v.num_examples(content)
         if self.private:
-            v.metric(content, "epsilon", min=0.0)
+            eps = v.metric(content, "epsilon", min=0.0)
+            before = self.epsilon.get(partition_id, 0.0)
+            if eps < before - 1e-9:
+                # A node that lost its accountant (wiped state folder) would under-report.
+                raise v.InvalidReply(
+                    f"epsilon went down from {before:.4g} to {eps:.4g}: the node lost its "
+                    "privacy accountant; its update is not used"
+                )
 
     def _weights(self, replies: list[NodeReply]) -> np.ndarray:
         if self.cfg.weighting == "uniform":
