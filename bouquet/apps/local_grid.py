@@ -9,7 +9,7 @@ injected per node: ``corrupt[partition_id] = fn(content) -> content`` edits a re
 
 from __future__ import annotations
 
-import itertools
+import secrets
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -22,7 +22,6 @@ from bouquet.apps.client_app import app as client_app
 from bouquet.apps.config import all_keys
 
 #: Each grid is a new "flwr run": its contexts get a run id no other grid in this process has.
-_RUN_IDS = itertools.count(1)
 
 
 def full_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -39,7 +38,8 @@ class LocalGrid(Grid):
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
         self.app = client or client_app
         self.run_config = full_run_config(run_config)
-        self.run_id = next(_RUN_IDS)
+        # A fresh random id per grid, like a new ``flwr run`` (never shared across processes).
+        self.run_id = secrets.randbits(63)
         self.num_nodes = num_nodes
         self.contexts = {1000 + i: self.fresh_context(i) for i in range(num_nodes)}
         self.replies: dict[str, Message] = {}
