@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +50,28 @@ class Arrays:
     groups: np.ndarray | None = None
 
 
-class ClassificationTask:
+class MiniBatches:
+    """Mini-batching shared by every task whose local data has ``x_train``/``y_train`` tensors."""
+
+    def batches(
+        self, local: Any, batch_size: int, generator: torch.Generator
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Endless stream of shuffled mini-batches (reshuffled every epoch)."""
+        n = int(local.y_train.shape[0])
+        while True:
+            perm = torch.randperm(n, generator=generator)
+            for i in range(0, n, batch_size):
+                idx = perm[i : i + batch_size]
+                yield local.x_train[idx], local.y_train[idx]
+
+    def num_steps(self, common: CommonConfig, num_train: int) -> int:
+        """Local steps per round: ``local-steps`` or ``local-epochs`` worth of batches."""
+        if common.local_steps > 0:
+            return common.local_steps
+        return max(1, common.local_epochs * int(np.ceil(num_train / common.batch_size)))
+
+
+class ClassificationTask(MiniBatches):
     """Base of classification tasks; metrics are ``accuracy`` and ``loss``."""
 
     name = "classification"
@@ -105,23 +127,6 @@ class ClassificationTask:
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of a batch."""
         return nn.functional.cross_entropy(model(x), y)
-
-    def batches(
-        self, local: LocalData, batch_size: int, generator: torch.Generator
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Endless stream of shuffled mini-batches (reshuffled every epoch)."""
-        n = local.num_train
-        while True:
-            perm = torch.randperm(n, generator=generator)
-            for i in range(0, n, batch_size):
-                idx = perm[i : i + batch_size]
-                yield local.x_train[idx], local.y_train[idx]
-
-    def num_steps(self, common: CommonConfig, num_train: int) -> int:
-        """Local steps per round: ``local-steps`` or ``local-epochs`` worth of batches."""
-        if common.local_steps > 0:
-            return common.local_steps
-        return max(1, common.local_epochs * int(np.ceil(num_train / common.batch_size)))
 
     def train(
         self,

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ import torch
 from torch import nn
 
 from bouquet.schema import CommonConfig
-from bouquet.tasks.classification import get_arrays, set_arrays
+from bouquet.tasks.classification import MiniBatches, get_arrays, set_arrays
 from bouquet.tasks.partition import partition_rows
 from bouquet.tasks.text import package_dir
 
@@ -124,7 +123,7 @@ def extract_answer(text: str) -> str:
     return nums[-1].replace(",", "") if nums else ""
 
 
-class GsmSmolLM:
+class GsmSmolLM(MiniBatches):
     """SmolLM2-135M-Instruct on ``gsm_symbolic`` (see the module docstring)."""
 
     name = "gsm-smollm"
@@ -239,22 +238,6 @@ class GsmSmolLM:
     def num_examples(self, partition_id: int, num_partitions: int, common: CommonConfig) -> int:
         """Size of a partition's training share."""
         return self.partition(partition_id, num_partitions, common).num_train
-
-    def batches(self, local: LMData, batch_size: int, generator: torch.Generator
-                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Endless stream of shuffled mini-batches (reshuffled every epoch)."""
-        n = local.num_train
-        while True:
-            perm = torch.randperm(n, generator=generator)
-            for i in range(0, n, batch_size):
-                idx = perm[i : i + batch_size]
-                yield local.x_train[idx], local.y_train[idx]
-
-    def num_steps(self, common: CommonConfig, num_train: int) -> int:
-        """Local steps per round: ``local-steps`` or ``local-epochs`` worth of batches."""
-        if common.local_steps > 0:
-            return common.local_steps
-        return max(1, common.local_epochs * int(np.ceil(num_train / common.batch_size)))
 
     # --------------------------------------------------------------- loss / evaluation
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
