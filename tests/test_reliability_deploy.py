@@ -28,23 +28,12 @@ import pytest
 
 from bouquet.apps.deploy import LocalFleet, make_node_key
 from bouquet.apps.registry import get_method, methods
-from bouquet.apps.simulation import pids_mentioning
+from bouquet.apps.simulation import live_pids, pids_mentioning
 
 pytestmark = pytest.mark.slow
 
 METHOD = "dp-fedlinucb-ldp"
 ROUNDS = 4
-
-
-def _live(pids: list[int]) -> list[int]:
-    alive = []
-    for p in pids:
-        try:
-            if Path(f"/proc/{p}/stat").read_text().split()[2] != "Z":
-                alive.append(p)
-        except OSError:
-            pass
-    return alive
 
 
 def _wait_lines(path: Path, n: int, runner: threading.Thread, timeout: float = 600) -> None:
@@ -102,5 +91,5 @@ def test_fleet_survives_node_death_restart_and_an_intruder(tmp_path: Path) -> No
     assert any(p.name.startswith("r0000") for p in
                (tmp_path / "fleet" / "state-node1" / "dep" / "partition-1").iterdir())
 
-    assert _live(pids) == []
-    assert _live(pids_mentioning(str(tmp_path / "fleet"))) == []
+    assert live_pids(pids) == []
+    assert live_pids(pids_mentioning(str(tmp_path / "fleet"))) == []

@@ -8,20 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bouquet.apps.simulation import pids_mentioning, run_simulation
+from bouquet.apps.simulation import live_pids, pids_mentioning, run_simulation
 
 pytestmark = pytest.mark.slow
-
-
-def _live(pids: list[int]) -> list[int]:
-    alive = []
-    for p in pids:
-        try:
-            if Path(f"/proc/{p}/stat").read_text().split()[2] != "Z":
-                alive.append(p)
-        except OSError:
-            pass
-    return alive
 
 
 def test_flwr_run_simulation(tmp_path: Path) -> None:
@@ -31,7 +20,7 @@ def test_flwr_run_simulation(tmp_path: Path) -> None:
     s = json.loads(summary.read_text())
     assert s["rounds"] == 2 and s["final"]["accuracy"] > 0.5
     assert s["comm"]["up_bytes_total"] > 0
-    assert _live(pids_mentioning("bq-flwr-")) == []
+    assert live_pids(pids_mentioning("bq-flwr-")) == []
 
 
 def test_bad_run_config_fails_before_training(tmp_path: Path) -> None:
@@ -50,6 +39,6 @@ def test_deploy_local_over_tls_with_authentication(tmp_path: Path) -> None:
         pids = [p.pid for p in fleet.procs.values()]
     s = json.loads(summary.read_text())
     assert s["rounds"] == 2 and s["failures"] == {"errors": 0, "rejected": 0, "missing": 0}
-    assert _live(pids) == []
-    assert _live(pids_mentioning(str(tmp_path / "fleet"))) == []
+    assert live_pids(pids) == []
+    assert live_pids(pids_mentioning(str(tmp_path / "fleet"))) == []
     assert os.path.exists(tmp_path / "fleet" / "certs" / "ca.crt")

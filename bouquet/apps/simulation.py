@@ -129,6 +129,11 @@ def stop_pids(pids: list[int], grace: float = 5.0) -> None:
                 pass
 
 
+def live_pids(pids: list[int]) -> list[int]:
+    """The PIDs that still run (zombies, which only wait to be reaped, are not counted)."""
+    return [p for p in pids if _alive(p)]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
