@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from bouquet.apps.config import ConfigError, resolve
 from bouquet.apps.local_grid import LocalGrid
@@ -72,6 +72,104 @@ def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
     assert all(not isinstance(v, dict) or k in ("partitions", "sizes") for k, v in state.items())
 
 
+# ---------------------------------------------------------------------------- codec
+def test_pairs_codec_round_trips_little_endian() -> None:
+    idx = np.array([0, 5, 4095, 5], dtype=np.int64)
+    grad = np.array([0.5, -1.25, 3e-8, 0.0], dtype=np.float64)
+    data = fk.pack_pairs(idx, grad)
+    assert data[:8] == (0).to_bytes(4, "little") + np.float32(0.5).astype("<f4").tobytes()
+    got_idx, got_grad = fk.unpack_pairs(data, 4096, 4)
+    np.testing.assert_array_equal(got_idx, idx)
+    np.testing.assert_array_equal(got_grad, grad.astype(np.float32))
+    assert fk.unpack_pairs(b"", 4096, 4)[0].shape == (0,)
+    with pytest.raises(ValueError, match="gradients"):
+        fk.pack_pairs(idx, grad[:-1])
+
+
+@pytest.mark.parametrize(("label", "data", "match"), [
+    ("truncated", fk.pack_pairs(np.arange(3), np.ones(3))[:-1], "multiple of 8"),
+    ("half pair", fk.pack_pairs(np.arange(3), np.ones(3)) + b"\0" * 4, "multiple of 8"),
+    ("too many", fk.pack_pairs(np.arange(5), np.ones(5)), "more than the 4"),
+    ("negative", fk.pack_pairs(np.array([1, -1]), np.ones(2)), "outside"),
+    ("out of range", fk.pack_pairs(np.array([16]), np.ones(1)), "outside"),
+    ("nan", fk.pack_pairs(np.arange(2), np.array([1.0, np.nan])), "non-finite"),
+    ("inf", fk.pack_pairs(np.arange(2), np.array([-np.inf, 1.0])), "non-finite"),
+    ("list", [1, 2, 3, 4, 5, 6, 7, 8], "expected bytes"),
+    ("str", "00" * 8, "expected bytes"),
+])
+def test_unpack_pairs_rejects(label: str, data: object, match: str) -> None:
+    with pytest.raises(fk.v.InvalidReply, match=match):
+        fk.unpack_pairs(data, 16, 4)
+
+
+def test_read_down_is_strict() -> None:
+    good = fk.down_record(np.arange(8.0), None)
+    acc, p = fk.read_down(RecordDict({fk.DOWN_RECORD: good}), 8)
+    np.testing.assert_array_equal(acc, np.arange(8.0))
+    assert p is None
+    bad = {
+        "wrong length": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(7))}),
+        "one byte more": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(8)) + b"\0"}),
+        "nan": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.full(8, np.nan))}),
+        "wrong type": ConfigRecord({fk.ACCUMULATOR: [0.0] * 8}),
+        "missing field": ConfigRecord({fk.PROBABILITIES: fk.pack_floats(np.ones(8))}),
+        "extra field": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(8)), "x": 1}),
+        "negative probability": fk.down_record(np.zeros(8), -np.ones(8)),
+        "short probabilities": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(8)),
+                                             fk.PROBABILITIES: fk.pack_floats(np.ones(4))}),
+    }
+    for label, rec in bad.items():
+        with pytest.raises(ValueError):
+            fk.read_down(RecordDict({fk.DOWN_RECORD: rec}), 8)
+            pytest.fail(label)
+    with pytest.raises(ValueError, match="missing config record"):
+        fk.read_down(RecordDict({fk.DOWN_RECORD: MetricRecord({"x": 1.0})}), 8)
+
+
+def test_client_rejects_a_downlink_of_the_wrong_length(tmp_path: Path) -> None:
+    grid, strategy = setup(tmp_path, 2)
+    short = fk.down_record(np.zeros(31), None)  # the run has K=32
+    orig = strategy.configure_round
+
+    def configure(rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
+        out = orig(rnd, partitions)
+        out[1][fk.DOWN_RECORD] = short
+        return out
+
+    strategy.configure_round = configure  # type: ignore[method-assign]
+    rlog = strategy.train_round(grid, 1)
+    assert rlog.clients == 1 and rlog.errors == 1
+    assert np.count_nonzero(strategy.accumulator) > 0
+
+
+@pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
+def test_all_replies_malformed_keeps_the_state(tmp_path: Path, method: str) -> None:
+    """Every packed-format bad reply is rejected with its reason; the state does not move."""
+    grid, strategy = setup(tmp_path, 2, method)
+    captured: dict[str, RecordDict] = {}
+
+    def capture(content: RecordDict) -> RecordDict:
+        captured["reply"] = content
+        return content
+
+    grid.corrupt[0] = capture
+    strategy.train_round(grid, 1)
+    cases = fk.bad_replies(captured["reply"])
+    assert len(cases) >= 10
+    for rnd, (label, bad) in enumerate(cases, start=2):
+        before = strategy.state_dict()
+        def replace(_content: RecordDict, bad: RecordDict = bad) -> RecordDict:
+            return bad
+
+        for pid in (0, 1):
+            grid.corrupt[pid] = replace
+        rlog = strategy.train_round(grid, rnd)
+        assert rlog.clients == 0 and rlog.rejected == 2, label
+        for name in ("accumulator", "abs_sum", "count"):
+            if name in before:
+                np.testing.assert_array_equal(before[name], strategy.state_dict()[name])
+
+
 # ---------------------------------------------------------------------------- bytes
 def one_round(tmp_path: Path, method: str, k: int, steps: int
               ) -> tuple[RecordDict, RecordDict, int, int]:
@@ -92,34 +190,56 @@ def one_round(tmp_path: Path, method: str, k: int, steps: int
     return downs[0], seen[0], rlog.up_bytes, rlog.down_bytes
 
 
+def payload(content: RecordDict, record: str) -> dict[str, bytes]:
+    rec = content[record]
+    assert isinstance(rec, ConfigRecord)
+    out = {}
+    for name in rec.keys():
+        value = rec[name]
+        assert isinstance(value, bytes)
+        out[name] = value
+    return out
+
+
 @pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
-def test_exact_payload_and_measured_bytes(tmp_path: Path, method: str) -> None:
-    k, steps = 256, 20
+@pytest.mark.parametrize(("k", "steps"), [(256, 20), (4096, 200)])
+def test_exact_payload_and_measured_bytes(tmp_path: Path, method: str, k: int, steps: int
+                                          ) -> None:
     down, up, up_bytes, down_bytes = one_round(tmp_path, method, k, steps)
-    # uplink: exactly `steps` (int32, float32) pairs and one metrics record
-    pairs = up[fk.PAIRS_RECORD]
-    assert isinstance(pairs, ArrayRecord) and sorted(pairs.keys()) == [fk.GRAD, fk.SEED_INDEX]
-    idx, grad = pairs[fk.SEED_INDEX].numpy(), pairs[fk.GRAD].numpy()
-    assert idx.dtype == np.int32 and grad.dtype == np.float32
-    assert idx.shape == grad.shape == (steps,)
+    # uplink: exactly `steps` packed (int32 LE, float32 LE) pairs and one metrics record
     assert set(up.keys()) == {fk.PAIRS_RECORD, "metrics"}
-    # downlink: K floats (+K for Pro) and the round config, nothing model-sized
-    rec = down[fk.DOWN_RECORD]
-    assert isinstance(rec, ArrayRecord)
-    sizes = {name: rec[name].numpy() for name in rec.keys()}
-    expected = [fk.ACCUMULATOR] + ([fk.PROBABILITIES] if method == "fedkseed-pro" else [])
-    assert sorted(sizes) == sorted(expected)
-    assert all(a.dtype == np.float32 and a.shape == (k,) for a in sizes.values())
+    pairs = payload(up, fk.PAIRS_RECORD)
+    assert list(pairs) == [fk.PAIRS] and len(pairs[fk.PAIRS]) == 8 * steps
+    idx, grad = fk.unpack_pairs(pairs[fk.PAIRS], k, steps)
+    assert idx.dtype == np.int32 and grad.dtype == np.float32 and idx.shape == (steps,)
+    raw = np.frombuffer(pairs[fk.PAIRS], dtype=np.uint8).reshape(steps, 8)
+    np.testing.assert_array_equal(raw[:, :4].copy().view("<i4").reshape(-1), idx)
+    np.testing.assert_array_equal(raw[:, 4:].copy().view("<f4").reshape(-1), grad)
+    # downlink: K float32 (+K for Pro) and the round config, nothing model-sized
     assert set(down.keys()) == {fk.DOWN_RECORD, "config"}
-    # framing (names, dtype/shape headers, .npy headers, metrics, config) is small
-    assert 0 < content_bytes(up) - 8 * steps < 512
-    assert 0 < content_bytes(down) - 4 * k * len(expected) < 512
+    floats = payload(down, fk.DOWN_RECORD)
+    expected = [fk.ACCUMULATOR] + ([fk.PROBABILITIES] if method == "fedkseed-pro" else [])
+    assert sorted(floats) == sorted(expected)
+    assert all(len(b) == 4 * k for b in floats.values())
+    acc, p = fk.read_down(down, k)
+    assert acc.shape == (k,) and (p is None) == (method == "fedkseed")
+    # framing (record and field names, length prefixes, metrics, config) is small
+    pay_up, pay_down = 8 * steps, 4 * k * len(expected)
+    assert 0 < content_bytes(up) - pay_up < 100
+    assert 0 < content_bytes(down) - pay_down < 160
     assert down_bytes == 2 * content_bytes(down)
+    if (k, steps) == (4096, 200) and method == "fedkseed":
+        # the paper's setting: per-client traffic of a real round, measured, under 18 KiB
+        per_client = (up_bytes + down_bytes) / 2
+        assert per_client < 18_432, per_client
 
 
 @pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
 def test_bytes_grow_by_the_payload_only(tmp_path: Path, method: str) -> None:
-    """Framing is constant: more seeds cost 4 B each (8 B for Pro), more steps 8 B each."""
+    """Framing is constant: more seeds cost 4 B each (8 B for Pro), more steps 8 B each.
+
+    (Up to the protobuf length prefixes, which grow by a byte when a length crosses 2**7k.)
+    """
     floats_down = 2 if method == "fedkseed-pro" else 1
     d1, u1, _, _ = one_round(tmp_path, method, 256, 20)
     d2, u2, _, _ = one_round(tmp_path, method, 1024, 60)
@@ -165,9 +285,9 @@ def test_pro_probabilities_follow_the_reference_formula_on_a_planted_history(
     assert p.sum() == pytest.approx(1.0)
     assert p.max() / p.min() <= np.e + 1e-9  # a gentle bias
     assert np.argmax(p) == 5 and np.argmin(p) == 4  # clipped 40 dominates; 4 never sampled
-    sent = strategy.configure_round(3, [0])[0][fk.DOWN_RECORD]
-    assert isinstance(sent, ArrayRecord)
-    np.testing.assert_allclose(sent[fk.PROBABILITIES].numpy(), p, rtol=1e-6)
+    _, sent = fk.read_down(strategy.configure_round(3, [0])[0], 6)
+    assert sent is not None
+    np.testing.assert_allclose(sent, p, rtol=1e-6)
 
 
 def test_pro_clients_sample_with_the_probabilities(tmp_path: Path) -> None:
@@ -266,9 +386,9 @@ def test_replay_with_another_generator_does_not_match(
 
 def test_full_run_learns_and_reports_bytes(tmp_path: Path) -> None:
     client.clear_cache()
-    grid = LocalGrid(3, config(tmp_path, **{"num-server-rounds": 4,
-                                            "fedkseed.local-steps": 40,
-                                            "fedkseed.num-seeds": 256}))
+    over: dict[str, Any] = {"num-server-rounds": 4, "fedkseed.local-steps": 40,
+                            "fedkseed.num-seeds": 256}
+    grid = LocalGrid(3, config(tmp_path, **over))
     summary = execute(grid, grid.run_config)
     import json
 

@@ -3,7 +3,9 @@
 A node rebuilds the global model ``w = w0 - lr * sum_k A[k] z(s_k)`` from the accumulator ``A``
 in the message, runs ``fedkseed.local-steps`` two-point zeroth-order steps, each along one
 candidate seed (uniform, or with the server's probabilities for Pro), and replies with its
-(seed index, scalar gradient) pairs.
+(seed index, scalar gradient) pairs, packed as bytes by the strategy module's codec
+(:func:`bouquet.strategies.fedkseed.pack_pairs`; the accumulator arrives as float32 bytes, read by
+:func:`~bouquet.strategies.fedkseed.read_down`).
 
 The rebuilt model is kept in the process (a cache, not node memory: any node served by the process
 may use it) together with the coefficients ``applied`` it holds, so that the next message only
@@ -25,19 +27,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
 from bouquet.strategies.fedkseed import (
-    DOWN_RECORD,
     PAIRS_RECORD,
-    PROBABILITIES,
     FedKSeedConfig,
     candidate_seeds,
     pairs_record,
-    read_accumulator,
+    read_down,
 )
 from bouquet.tasks.classification import generator, set_arrays
 
@@ -124,12 +124,8 @@ def sync(env: ClientEnv, cfg: FedKSeedConfig, target: np.ndarray) -> tuple[Repli
 
 def seed_choices(msg: Message, cfg: FedKSeedConfig, rng: np.random.Generator) -> np.ndarray:
     """Seed index of every local step: uniform with replacement, or Pro's probabilities."""
-    rec = msg.content[DOWN_RECORD]
-    assert isinstance(rec, ArrayRecord)
-    if PROBABILITIES in rec.keys():
-        p = rec[PROBABILITIES].numpy().astype(np.float64)
-        if p.shape != (cfg.num_seeds,) or not np.all(np.isfinite(p)) or p.min() < 0:
-            raise ValueError("malformed seed probabilities")
+    _, p = read_down(msg.content, cfg.num_seeds)
+    if p is not None:
         return rng.choice(cfg.num_seeds, size=cfg.local_steps, p=p / p.sum())
     return rng.integers(0, cfg.num_seeds, size=cfg.local_steps)
 
@@ -141,7 +137,7 @@ class FedKSeedClient(ClientProcedure):
         """One local round."""
         cfg: FedKSeedConfig = env.section("fedkseed")
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
-        rep, replayed = sync(env, cfg, read_accumulator(msg.content, cfg.num_seeds))
+        rep, replayed = sync(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
         seeds = _seeds(cfg.master_seed, cfg.num_seeds)
         rng = np.random.default_rng([env.common.seed, rnd, env.partition_id, 0x5EED])
         choices = seed_choices(msg, cfg, rng)
@@ -176,7 +172,7 @@ class FedKSeedClient(ClientProcedure):
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Rebuild the global model from ``A`` and evaluate it on this node's test share."""
         cfg: FedKSeedConfig = env.section("fedkseed")
-        rep, _ = sync(env, cfg, read_accumulator(msg.content, cfg.num_seeds))
+        rep, _ = sync(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
         local = env.local_data()
         metrics = env.task.evaluate_model(rep.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])

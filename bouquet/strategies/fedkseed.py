@@ -15,6 +15,20 @@ and returns its (seed index int32, scalar gradient fp32) pairs; the server adds 
 ``A``, weighted by the clients' example counts. Because every local step is a move along one seed's
 direction, this equals FedAvg of the clients' model deltas. The server never holds or sends model
 arrays: ``A`` (and Pro's per-seed statistics) is its whole state. This module is numpy only.
+
+Wire format (fixed names; every number little-endian, packed without any header):
+
+* downlink (train and evaluate): ConfigRecord ``"fedkseed"`` with the bytes field
+  ``"accumulator"`` (K float32, ``4*K`` bytes) and, for Pro's training messages, ``"probabilities"``
+  (K float32), next to the usual ``"config"`` record;
+* uplink (train): ConfigRecord ``"pairs"`` with the bytes field ``"pairs"`` (one 8-byte entry per
+  applied local step: int32 seed index then float32 scalar gradient), next to the ``"metrics"``
+  MetricRecord (``num-examples``, ``loss``).
+
+Raw bytes rather than numpy arrays in an ArrayRecord: each Array carries a 128-byte ``.npy`` header
+plus its own framing, which for K=4096 and 200 steps would push the per-client traffic past the
+paper's 18 KiB. :func:`pack_floats`/:func:`unpack_floats` and :func:`pack_pairs`/
+:func:`unpack_pairs` are the one codec, used by server and clients alike.
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, MessageType, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from bouquet.schema import key
@@ -37,14 +51,17 @@ from bouquet.strategies.base import (
     weighted_metrics,
 )
 
-#: Downlink record and its arrays.
+#: Downlink ConfigRecord and its bytes fields (K little-endian float32 each).
 DOWN_RECORD = "fedkseed"
 ACCUMULATOR = "accumulator"
 PROBABILITIES = "probabilities"
-#: Uplink record and its arrays: one entry per local step.
+#: Uplink ConfigRecord and its one bytes field of packed (seed index, scalar gradient) pairs.
 PAIRS_RECORD = "pairs"
-SEED_INDEX = "seed-index"
-GRAD = "grad"
+PAIRS = "pairs"
+#: One uplink entry: int32 seed index, float32 scalar gradient, little-endian, 8 bytes, no padding.
+PAIR_DTYPE = np.dtype([("seed_index", "<i4"), ("grad", "<f4")])
+#: One downlink value: a little-endian float32.
+FLOAT_DTYPE = np.dtype("<f4")
 #: Pro's importance statistic: ``+1e-10`` in the min-max normalisation, as in the reference.
 PRO_NORM_EPS = 1e-10
 
@@ -84,46 +101,122 @@ def pro_probabilities(abs_sum: np.ndarray, count: np.ndarray) -> np.ndarray:
     return e / e.sum()  # type: ignore[no-any-return]
 
 
-def pairs_record(seed_index: np.ndarray, grad: np.ndarray) -> ArrayRecord:
-    """Build the uplink ArrayRecord of (int32 seed index, fp32 scalar gradient) pairs."""
-    return ArrayRecord({SEED_INDEX: Array(np.ascontiguousarray(seed_index, dtype=np.int32)),
-                        GRAD: Array(np.ascontiguousarray(grad, dtype=np.float32))})
+def pack_floats(values: np.ndarray) -> bytes:
+    """Encode a vector as raw little-endian float32 bytes (4 per value, no header)."""
+    return np.ascontiguousarray(values, dtype=FLOAT_DTYPE).reshape(-1).tobytes()
+
+
+def unpack_floats(data: object, count: int, label: str) -> np.ndarray:
+    """Decode exactly ``count`` finite little-endian float32 values; return them as float64.
+
+    Raises :class:`~bouquet.strategies.validation.InvalidReply` (a ``ValueError``) on anything else:
+    a value that is not ``bytes``, a length other than ``4 * count``, a non-finite value.
+    """
+    if not isinstance(data, bytes):
+        raise v.InvalidReply(f"{label}: expected bytes, got {type(data).__name__}")
+    if len(data) != FLOAT_DTYPE.itemsize * count:
+        raise v.InvalidReply(f"{label}: {len(data)} bytes, expected {FLOAT_DTYPE.itemsize} x "
+                             f"{count}")
+    out = np.frombuffer(data, dtype=FLOAT_DTYPE).astype(np.float64)
+    if not np.all(np.isfinite(out)):
+        raise v.InvalidReply(f"{label}: non-finite values")
+    return out
+
+
+def pack_pairs(seed_index: np.ndarray, grad: np.ndarray) -> bytes:
+    """Encode (seed index, scalar gradient) pairs as ``n x (int32 LE, float32 LE)`` bytes."""
+    idx = np.asarray(seed_index).reshape(-1)
+    g = np.asarray(grad).reshape(-1)
+    if idx.shape != g.shape:
+        raise ValueError(f"{idx.size} seed indices but {g.size} gradients")
+    if idx.size and (idx.min() < np.iinfo(np.int32).min or idx.max() > np.iinfo(np.int32).max):
+        raise ValueError("seed index does not fit int32")
+    out = np.empty(idx.size, dtype=PAIR_DTYPE)
+    out["seed_index"] = idx
+    out["grad"] = g
+    return out.tobytes()
+
+
+def unpack_pairs(data: object, num_seeds: int, max_pairs: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decode and check packed pairs; raise :class:`~bouquet.strategies.validation.InvalidReply`.
+
+    ``data`` must be ``bytes`` whose length is a multiple of 8, holding at most ``max_pairs``
+    pairs, every index in ``[0, num_seeds)`` and every gradient finite. Returns the int32 indices
+    and the float32 gradients (native byte order).
+    """
+    label = f"{PAIRS_RECORD}/{PAIRS}"
+    if not isinstance(data, bytes):
+        raise v.InvalidReply(f"{label}: expected bytes, got {type(data).__name__}")
+    if len(data) % PAIR_DTYPE.itemsize:
+        raise v.InvalidReply(f"{label}: {len(data)} bytes, not a multiple of "
+                             f"{PAIR_DTYPE.itemsize}")
+    n = len(data) // PAIR_DTYPE.itemsize
+    if n > max_pairs:
+        raise v.InvalidReply(f"{label}: {n} pairs, more than the {max_pairs} local steps")
+    pairs = np.frombuffer(data, dtype=PAIR_DTYPE)
+    idx = pairs["seed_index"].astype(np.int32)
+    grad = pairs["grad"].astype(np.float32)
+    if n and (idx.min() < 0 or idx.max() >= num_seeds):
+        raise v.InvalidReply(f"{label}: seed index outside [0, {num_seeds})")
+    if not np.all(np.isfinite(grad)):
+        raise v.InvalidReply(f"{label}: non-finite scalar gradient")
+    return idx, grad
+
+
+def pairs_record(seed_index: np.ndarray, grad: np.ndarray) -> ConfigRecord:
+    """Build the uplink record: one bytes field of packed pairs (see :func:`pack_pairs`)."""
+    return ConfigRecord({PAIRS: pack_pairs(seed_index, grad)})
+
+
+def _fields(content: RecordDict, name: str, required: frozenset[str],
+            optional: frozenset[str] = frozenset()) -> ConfigRecord:
+    """Return the ConfigRecord ``name`` if it holds all ``required`` fields and no others.
+
+    Fields in ``optional`` may also appear; anything else raises
+    :class:`~bouquet.strategies.validation.InvalidReply`.
+    """
+    rec = v.config_record(content, name)
+    keys = set(rec.keys())
+    if not required <= keys <= required | optional:
+        raise v.InvalidReply(f"{name}: expected fields {sorted(required)} "
+                             f"(optional {sorted(optional)}), got {sorted(keys)}")
+    return rec
 
 
 def read_pairs(content: RecordDict, num_seeds: int, max_pairs: int
                ) -> tuple[np.ndarray, np.ndarray]:
     """Decode and check a reply's pairs; raise :class:`~bouquet.strategies.validation.InvalidReply`.
 
-    Two 1-D arrays of equal length at most ``max_pairs``: int32 indices in ``[0, num_seeds)`` and
-    finite fp32 gradients.
+    The ConfigRecord ``"pairs"`` with exactly the bytes field ``"pairs"``, checked by
+    :func:`unpack_pairs`.
     """
-    rec = v.array_record(content, PAIRS_RECORD)
-    if set(rec.keys()) != {SEED_INDEX, GRAD}:
-        raise v.InvalidReply(f"{PAIRS_RECORD}: expected arrays {SEED_INDEX!r} and {GRAD!r}, got "
-                             f"{sorted(rec.keys())}")
-    try:
-        idx, grad = rec[SEED_INDEX].numpy(), rec[GRAD].numpy()
-    except Exception as exc:
-        raise v.InvalidReply(f"{PAIRS_RECORD}: cannot decode ({type(exc).__name__})") from exc
-    n = idx.shape[0] if idx.ndim == 1 else -1
-    v.check_array(idx, f"{PAIRS_RECORD}/{SEED_INDEX}", (n,), np.int32)
-    v.check_array(grad, f"{PAIRS_RECORD}/{GRAD}", (n,), np.float32)
-    if n > max_pairs:
-        raise v.InvalidReply(f"{PAIRS_RECORD}: {n} pairs, more than the {max_pairs} local steps")
-    if n and (idx.min() < 0 or idx.max() >= num_seeds):
-        raise v.InvalidReply(f"{PAIRS_RECORD}/{SEED_INDEX}: index outside [0, {num_seeds})")
-    return idx, grad
+    rec = _fields(content, PAIRS_RECORD, frozenset({PAIRS}))
+    return unpack_pairs(rec[PAIRS], num_seeds, max_pairs)
 
 
-def read_accumulator(content: RecordDict, num_seeds: int) -> np.ndarray:
-    """Return the accumulator of a downlink message (float64 copy of the fp32 values sent)."""
-    rec = content[DOWN_RECORD]
-    if not isinstance(rec, ArrayRecord):
-        raise TypeError(f"record {DOWN_RECORD!r} is not an ArrayRecord")
-    acc = rec[ACCUMULATOR].numpy()
-    if acc.shape != (num_seeds,) or acc.dtype != np.float32:
-        raise ValueError(f"accumulator is {acc.dtype}{acc.shape}, expected float32({num_seeds},)")
-    return acc.astype(np.float64)
+def down_record(accumulator: np.ndarray, probabilities: np.ndarray | None) -> ConfigRecord:
+    """Encode the downlink record: ``A`` (and Pro's probabilities) as float32 bytes."""
+    rec = ConfigRecord({ACCUMULATOR: pack_floats(accumulator)})
+    if probabilities is not None:
+        rec[PROBABILITIES] = pack_floats(probabilities)
+    return rec
+
+
+def read_down(content: RecordDict, num_seeds: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Decode a downlink message: ``A`` and, when sent, the probabilities (float64 copies).
+
+    Raises :class:`~bouquet.strategies.validation.InvalidReply` (a ``ValueError``) unless the record
+    holds exactly ``4 * num_seeds`` finite float32 bytes per field and the probabilities are
+    non-negative with a positive sum.
+    """
+    rec = _fields(content, DOWN_RECORD, frozenset({ACCUMULATOR}), frozenset({PROBABILITIES}))
+    acc = unpack_floats(rec[ACCUMULATOR], num_seeds, f"{DOWN_RECORD}/{ACCUMULATOR}")
+    if PROBABILITIES not in rec:
+        return acc, None
+    p = unpack_floats(rec[PROBABILITIES], num_seeds, f"{DOWN_RECORD}/{PROBABILITIES}")
+    if p.min() < 0 or p.sum() <= 0:
+        raise v.InvalidReply(f"{DOWN_RECORD}/{PROBABILITIES}: not a distribution")
+    return acc, p
 
 
 class FedKSeed(BouquetStrategy):
@@ -157,12 +250,10 @@ class FedKSeed(BouquetStrategy):
         """Return this round's seed-sampling probabilities (Pro) as float64."""
         return pro_probabilities(self.abs_sum, self.count)
 
-    def down_record(self, *, with_probabilities: bool) -> ArrayRecord:
-        """Encode ``A`` as fp32 (plus Pro's probabilities as fp32)."""
-        arrays = {ACCUMULATOR: Array(self.accumulator.astype(np.float32))}
-        if with_probabilities:
-            arrays[PROBABILITIES] = Array(self.probabilities().astype(np.float32))
-        return ArrayRecord(arrays)
+    def down_record(self, *, with_probabilities: bool) -> ConfigRecord:
+        """Encode ``A`` (plus Pro's probabilities) as float32 bytes, see :func:`down_record`."""
+        return down_record(self.accumulator,
+                           self.probabilities() if with_probabilities else None)
 
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Every sampled client gets ``A`` (Pro: and the probabilities) and the round number."""
@@ -238,36 +329,49 @@ class FedKSeedPro(FedKSeed):
 
 
 def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
-    """Malformed variants of a valid reply for the conformance suite.
+    """Malformed variants of a valid reply for the conformance suite, in the packed format.
 
     An index equal to ``2**31 - 1`` (out of range for any K that fits int32) and ``-1``, a NaN and
-    an infinite scalar, twice the pairs plus one (more than ``local-steps``), and index and scalar
-    arrays of different lengths.
+    an infinite scalar, twice the pairs plus one (more than ``local-steps``), the bytes cut by 3
+    and extended by 4 (neither a multiple of 8), the field as a list of ints, as a string and
+    missing, an extra field, and the record sent as an ArrayRecord or a MetricRecord.
     """
     rec = content[PAIRS_RECORD]
-    assert isinstance(rec, ArrayRecord)
-    idx, grad = rec[SEED_INDEX].numpy().copy(), rec[GRAD].numpy().copy()
-    assert idx.size, "the reply has no pairs"
+    assert isinstance(rec, ConfigRecord)
+    data = rec[PAIRS]
+    assert isinstance(data, bytes) and data, "the reply has no pairs"
+    pairs = np.frombuffer(data, dtype=PAIR_DTYPE)
+    idx, grad = pairs["seed_index"].copy(), pairs["grad"].copy()
 
-    def reply(i: np.ndarray, g: np.ndarray) -> RecordDict:
-        out = RecordDict({PAIRS_RECORD: pairs_record(i, g)})
+    def reply(record: Any) -> RecordDict:
+        out = RecordDict({PAIRS_RECORD: record})
         for name, r in content.items():
             if name != PAIRS_RECORD:
                 out[name] = r
         return out
+
+    def packed(i: np.ndarray, g: np.ndarray) -> RecordDict:
+        return reply(ConfigRecord({PAIRS: pack_pairs(i, g)}))
 
     def edited(arr: np.ndarray, value: float) -> np.ndarray:
         out = arr.copy()
         out[0] = value
         return out
 
+    many = 2 * idx.size + 1
     return [
-        ("seed index out of range", reply(edited(idx, 2**31 - 1), grad)),
-        ("negative seed index", reply(edited(idx, -1), grad)),
-        ("NaN scalar", reply(idx, edited(grad, np.nan))),
-        ("infinite scalar", reply(idx, edited(grad, np.inf))),
-        ("too many pairs", reply(np.tile(idx, 3)[: 2 * idx.size + 1],
-                                 np.tile(grad, 3)[: 2 * idx.size + 1])),
-        ("lengths differ", reply(idx, grad[:-1])),
+        ("seed index out of range", packed(edited(idx, 2**31 - 1), grad)),
+        ("negative seed index", packed(edited(idx, -1), grad)),
+        ("NaN scalar", packed(idx, edited(grad, np.nan))),
+        ("infinite scalar", packed(idx, edited(grad, np.inf))),
+        ("too many pairs", packed(np.resize(idx, many), np.resize(grad, many))),
+        ("truncated bytes", reply(ConfigRecord({PAIRS: data[:-3]}))),
+        ("half a pair extra", reply(ConfigRecord({PAIRS: data + data[:4]}))),
+        ("wrong type: list of ints", reply(ConfigRecord({PAIRS: list(data)}))),
+        ("wrong type: string", reply(ConfigRecord({PAIRS: data.hex()}))),
+        ("missing field", reply(ConfigRecord({"other": data}))),
+        ("extra field", reply(ConfigRecord({PAIRS: data, "extra": b""}))),
+        ("wrong record type: ArrayRecord",
+         reply(ArrayRecord({PAIRS: Array(np.frombuffer(data, dtype=np.uint8).copy())}))),
+        ("wrong record type: MetricRecord", reply(MetricRecord({PAIRS: 1.0}))),
     ]
-
