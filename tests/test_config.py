@@ -64,3 +64,9 @@ def test_every_key_has_help_and_a_valid_default() -> None:
     for name, spec in all_keys().items():
         assert spec.help, name
         assert spec.check(spec.default) == spec.default, name
+
+
+def test_configuration_reference_is_in_sync() -> None:
+    from bouquet.apps.docs import main as docs_main
+
+    assert docs_main(["--check"]) == 0, "run `python -m bouquet.apps.docs`"
