@@ -34,7 +34,7 @@ system-deps:
 
 demo: setup
 	$(BIN)/bouquet run scafcom --clients 10 --rounds 30 --results-dir $(RESULTS) \
-	  --set partition=pathological --set classes-per-client=2
+	  --set preset=label-skew
 
 test: setup system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -70,3 +70,8 @@ def test_configuration_reference_is_in_sync() -> None:
     from bouquet.apps.docs import main as docs_main
 
     assert docs_main(["--check"]) == 0, "run `python -m bouquet.apps.docs`"
+
+
+def test_shipped_label_skew_preset() -> None:
+    cfg = resolve({"preset": "label-skew"})
+    assert (cfg.common.partition, cfg.common.classes_per_client) == ("pathological", 2)
