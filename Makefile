@@ -1,6 +1,6 @@
 # flwr-bouquet: the two promises of the README live here.
 #   make demo   sets up a virtual environment and runs the main job (a federated run on embedded data)
-#   make test   sets up the same environment and runs the whole test suite
+#   make test   sets up the same environment, runs ruff and mypy, then the whole test suite
 VENV    ?= .venv
 PYTHON  ?= python3
 BIN     := $(VENV)/bin
@@ -36,7 +36,7 @@ demo: setup
 	$(BIN)/bouquet run scafcom --clients 10 --rounds 30 --results-dir $(RESULTS) \
 	  --set preset=label-skew
 
-test: setup system-deps
+test: setup system-deps lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: setup
