@@ -165,25 +165,21 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     headline: list[str] = []
     for rnd in range(first, rounds + 1):
         t0 = time.monotonic()
+        eval_metrics: dict[str, float] = {}
         try:
             rlog = strategy.train_round(grid, rnd)
+            if mode == "federated":
+                elog = strategy.evaluate_round(grid, rnd)
+                eval_metrics = dict(elog.metrics)
+                rlog.up_bytes += elog.up_bytes
+                rlog.down_bytes += elog.down_bytes
         except NotEnoughNodes as exc:
             stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
             raise
-        eval_metrics: dict[str, float] = {}
         if mode == "central":
             arrays = strategy.global_arrays()
             if arrays is not None:
                 eval_metrics = dict(task.evaluate(to_numpy(arrays)))  # type: ignore[union-attr]
-        elif mode == "federated":
-            try:
-                elog = strategy.evaluate_round(grid, rnd)
-            except NotEnoughNodes as exc:
-                stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
-                raise
-            eval_metrics = dict(elog.metrics)
-            rlog.up_bytes += elog.up_bytes
-            rlog.down_bytes += elog.down_bytes
         strategy.observe_evaluation(rnd, eval_metrics)
         headline = sorted(set(headline) | set(eval_metrics) | set(strategy.headline_metrics()))
         record: dict[str, Any] = {
