@@ -191,3 +191,14 @@ class CommonConfig:
     target_accuracy: float = key(
         0.0, "accuracy at which time/bytes-to-target are reported; 0 disables", min=0.0, max=1.0
     )
+    max_num_examples: int = key(
+        0, "largest num-examples weight a node may claim (at hello or in a reply); 0: no absolute "
+        "cap (the weight-cap-factor rule still applies)", min=0)
+    weight_cap_factor: float = key(
+        10.0, "a node's aggregation weight is clipped to this multiple of the median data size "
+        "declared by the known nodes (needs 3 or more); 0 disables", min=0.0)
+    norm_bound_factor: float = key(
+        10.0, "a reply whose update norm exceeds this multiple of the median update norm (this "
+        "round's replies and the last rounds' accepted ones) is rejected; 0 disables", min=0.0)
+    max_update_norm: float = key(
+        0.0, "absolute bound on a reply's update norm (0: none)", min=0.0)

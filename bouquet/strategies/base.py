@@ -19,6 +19,7 @@ when it has server state beyond what the base keeps, :meth:`state_dict`/:meth:`l
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import re
@@ -33,6 +34,7 @@ from flwr.serverapp.strategy import Strategy
 
 from bouquet.schema import CommonConfig
 from bouquet.strategies.accounting import content_bytes
+from bouquet.strategies import validation as v
 from bouquet.strategies.validation import InvalidReply
 
 log = logging.getLogger("bouquet")
@@ -131,6 +133,10 @@ class BouquetStrategy(Strategy):
         self.partitions: dict[int, int] = {}
         #: partition-id -> number of local training examples reported at hello.
         self.sizes: dict[int, int] = {}
+        #: Update norms of recently accepted replies (the norm screen's memory; checkpointed).
+        self.norm_history: dict[str, list[float]] = {}
+        #: Hello answers refused since the last round log (reported with the next phase).
+        self.discovery_failures: list[dict[str, Any]] = []
         self.round_offset = 0
 
     # ------------------------------------------------------------------ method hooks
@@ -138,9 +144,17 @@ class BouquetStrategy(Strategy):
         """Return the content to send to each sampled partition this round."""
         raise NotImplementedError
 
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
-        """Raise :class:`InvalidReply` if the reply breaks the protocol."""
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float | None:
+        """Raise :class:`InvalidReply` if the reply breaks the protocol.
+
+        Returns the L2 norm of the update the reply carries (what it would move the global state
+        by), which the base screens against the round's median (``norm-bound-factor``), or None
+        for methods whose replies are bounded by their own protocol (the bandits).
+        """
         raise NotImplementedError
+
+    #: Whether replies weigh the average by ``num-examples`` (capped by the declared size).
+    weighted_by_examples: bool = True
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Fold validated replies into the global state; return metrics for the round."""
@@ -152,13 +166,17 @@ class BouquetStrategy(Strategy):
 
     def state_dict(self) -> dict[str, Any]:
         """Server state for checkpoints: numpy arrays and JSON scalars, nested dicts allowed."""
-        return {"partitions": {str(k): v for k, v in self.partitions.items()},
-                "sizes": {str(k): v for k, v in self.sizes.items()}}
+        return {"partitions": {str(k): n for k, n in self.partitions.items()},
+                "sizes": {str(k): n for k, n in self.sizes.items()},
+                "norm_history": {k: np.asarray(x, dtype=np.float64)
+                                 for k, x in self.norm_history.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
-        self.partitions = {int(k): int(v) for k, v in state.get("partitions", {}).items()}
-        self.sizes = {int(k): int(v) for k, v in state.get("sizes", {}).items()}
+        self.partitions = {int(k): int(n) for k, n in state.get("partitions", {}).items()}
+        self.sizes = {int(k): int(n) for k, n in state.get("sizes", {}).items()}
+        self.norm_history = {k: [float(x) for x in np.asarray(h)]
+                             for k, h in state.get("norm_history", {}).items()}
 
     def headline_metrics(self) -> tuple[str, ...]:
         """Train-phase metric names that belong in ``final``/``best`` (``("regret",)``)."""
@@ -233,16 +251,110 @@ class BouquetStrategy(Strategy):
             for n in node_ids
         }
         replies, _ = exchange(grid, msgs, timeout=self.common.round_timeout)
-        for n, reply in replies.items():
-            if reply.has_error() or "info" not in reply.content:
+        online = set(grid.get_node_ids())
+        for n, reply in sorted(replies.items()):
+            if reply.has_error():
                 continue
-            info = reply.content["info"]
             try:
-                pid = int(info["partition-id"])  # type: ignore[arg-type]
-                self.partitions[n] = pid
-                self.sizes[pid] = int(info.get("num-examples", 0))  # type: ignore[arg-type]
-            except (KeyError, TypeError, ValueError):
-                log.warning("node %d answered hello without a partition-id", n)
+                hello = v.parse_hello(reply.content.get("info")
+                                      if "info" in reply.content else None)
+                holder = next((m for m, p in self.partitions.items()
+                               if p == hello.partition_id and m != n), None)
+                if holder is not None and holder in online:
+                    raise InvalidReply(f"partition-id {hello.partition_id} is already held by "
+                                       f"online node {holder}")
+            except InvalidReply as exc:
+                self.refuse_hello(n, str(exc))
+                continue
+            if holder is not None:  # the old holder went offline: a restarted node takes over
+                del self.partitions[holder]
+            self.partitions[n] = hello.partition_id
+            self.sizes[hello.partition_id] = hello.num_examples
+
+    def refuse_hello(self, node_id: int, reason: str) -> None:
+        """Log a refused hello answer; it is listed in the next phase's ``failures``."""
+        log.warning("node %d: hello answer refused: %s", node_id, reason)
+        self.discovery_failures.append({"kind": "hello", "node_id": node_id,
+                                        "partition_id": -1, "reason": short_reason(reason)})
+
+    # ------------------------------------------------------------------ weights and bounds
+    def size_cap(self) -> float:
+        """Largest weight one node may have: ``max-num-examples`` and the median rule."""
+        cap = float(self.common.max_num_examples) if self.common.max_num_examples else np.inf
+        declared = [n for n in self.sizes.values() if n > 0]
+        if self.common.weight_cap_factor > 0 and len(declared) >= 3:
+            cap = min(cap, self.common.weight_cap_factor * float(np.median(declared)))
+        return max(cap, 1.0)
+
+    def declared_size(self, partition_id: int) -> int:
+        """A node's declared data size, clipped to :meth:`size_cap` (0 when it declared none)."""
+        n = self.sizes.get(partition_id, 0)
+        return int(min(n, self.size_cap())) if n > 0 else 0
+
+    def max_local_steps(self, partition_id: int) -> int:
+        """Most local steps a node may take in a round under the run's configuration."""
+        if self.common.local_steps > 0:
+            return self.common.local_steps
+        n = max(self.declared_size(partition_id), 1)
+        return max(1, self.common.local_epochs * int(np.ceil(n / self.common.batch_size)))
+
+    def check_weight(self, partition_id: int, content: RecordDict) -> None:
+        """``num-examples`` at most what the node declared; clipped to :meth:`size_cap`.
+
+        A weight above the declared size is a lie and rejects the reply; a declared size above
+        the cap is clipped in place (the server's parsed copy), so every aggregation rule reads
+        the bounded value.
+        """
+        if "metrics" not in content or "num-examples" not in content["metrics"]:
+            return  # the method's own validation says whether the weight is required
+        rec = content.metric_records["metrics"]
+        n = v.strict_int(rec["num-examples"], "metrics/num-examples", min=1)
+        declared = self.sizes.get(partition_id, 0)
+        if declared > 0 and n > declared:
+            raise InvalidReply(f"metrics/num-examples: {n} above the {declared} examples the "
+                               "node declared")
+        cap = self.size_cap()
+        if n > cap:
+            rec["num-examples"] = int(cap)
+
+    def screen_norms(self, norms: Mapping[int, float], key: str = "train") -> dict[int, str]:
+        """Partitions whose update norm is out of bounds, with the reason.
+
+        The bound is ``norm-bound-factor`` times the median of this round's norms together with
+        the recently accepted ones (so that two replies, one of them absurd, cannot set their own
+        median), and ``max-update-norm`` when set. ``key`` names the kind of update (a method
+        whose phases send different quantities keeps one memory per phase).
+        """
+        out: dict[int, str] = {}
+        if self.common.max_update_norm > 0:
+            for pid, x in norms.items():
+                if x > self.common.max_update_norm:
+                    out[pid] = (f"update norm {x:.4g} above max-update-norm "
+                                f"{self.common.max_update_norm:g}")
+        factor = self.common.norm_bound_factor
+        pool = [*norms.values(), *self.norm_history.get(key, [])]
+        if factor > 0 and len(pool) >= 3:
+            median = float(np.median(pool))
+            for pid, x in norms.items():
+                if pid not in out and x > factor * max(median, 1e-12):
+                    out[pid] = (f"update norm {x:.4g} is {x / max(median, 1e-12):.3g}x the "
+                                f"median {median:.4g} (norm-bound-factor {factor:g})")
+        return out
+
+    def remember_norms(self, norms: list[float], key: str = "train", keep: int = 64) -> None:
+        """Keep the accepted norms of the last rounds for :meth:`screen_norms`."""
+        self.norm_history[key] = [*self.norm_history.get(key, []), *norms][-keep:]
+
+    def state_is_finite(self) -> bool:
+        """Whether the global state is finite (the base checks :meth:`global_arrays`)."""
+        arrays = self.global_arrays()
+        if arrays is None:
+            return True
+        for key in arrays.keys():
+            a = arrays[key].numpy()
+            if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+                return False
+        return True
 
     # ------------------------------------------------------------------ one round
     def train_round(self, grid: Grid, rnd: int) -> RoundLog:
@@ -261,9 +373,20 @@ class BouquetStrategy(Strategy):
         message_type: str,
         *,
         aggregate: bool = True,
+        norm_key: str = "train",
     ) -> RoundLog:
-        """Send ``contents`` (by partition) and collect, validate and (optionally) aggregate."""
+        """Send ``contents`` (by partition) and collect, validate and (optionally) aggregate.
+
+        Train replies (``aggregate=True``) pass, in order: the record names, the auxiliary
+        metrics (finite scalars), the weight (:meth:`check_weight`), the method's
+        :meth:`validate_reply`, and the norm screen (:meth:`screen_norms`). The aggregate is
+        rolled back if it leaves a non-finite global state. Evaluation replies pass
+        :func:`~bouquet.strategies.validation.evaluation_reply`. Every refused reply is named
+        in ``failures``.
+        """
         rlog = RoundLog(round=rnd, sampled=sorted(contents))
+        rlog.failures.extend(self.discovery_failures)
+        self.discovery_failures = []
         node_of = {pid: by_pid[pid] for pid in contents}
         down = {pid: content_bytes(c) for pid, c in contents.items()}
         msgs = {
@@ -274,37 +397,87 @@ class BouquetStrategy(Strategy):
         replies, missing = exchange(grid, msgs, timeout=self.common.round_timeout)
         pid_of = {n: pid for pid, n in node_of.items()}
         good: list[NodeReply] = []
+        norms: dict[int, float] = {}
         for node in missing:
             rlog.fail("missing", node, pid_of[node], "no reply before the round timeout")
-        for node, reply in replies.items():
+        for node, reply in sorted(replies.items()):
             pid = pid_of[node]
             if reply.has_error():
                 rlog.fail("errors", node, pid, f"code {reply.error.code}: {reply.error.reason}")
                 continue
             content = reply.content
             up = content_bytes(content)
+            rlog.up_bytes += up
             try:
-                extra = sorted(set(content.keys()) - set(self.reply_records))
-                if extra:
-                    raise InvalidReply(f"unexpected records {extra}")
                 if aggregate:
-                    self.validate_reply(rnd, pid, content)
+                    norm = self.admit_train_reply(rnd, pid, content)
+                    if norm is not None:
+                        norms[pid] = norm
+                else:
+                    v.evaluation_reply(content, max_examples=v.MAX_COUNT)
+                    self.clip_evaluation_weight(content)
             except InvalidReply as exc:
                 rlog.fail("rejected", node, pid, str(exc))
-                rlog.up_bytes += up
                 continue
             good.append(NodeReply(node, pid, content, up, down[pid]))
-            rlog.up_bytes += up
+        for pid, reason in self.screen_norms(norms, norm_key).items():
+            rlog.fail("rejected", node_of[pid], pid, reason)
+            good = [r for r in good if r.partition_id != pid]
+            del norms[pid]
         rlog.down_bytes = sum(down.values())
         rlog.clients = len(good)
-        if aggregate:
-            if good:
-                rlog.metrics = dict(self.aggregate_round(rnd, sorted(good, key=lambda r: r.partition_id)))
-            else:
-                log.warning("round %d: no usable reply; the global state is kept", rnd)
-        else:
+        if not aggregate:
             rlog.metrics = weighted_metrics(good)
+        elif good:
+            rlog.metrics = self.aggregate_safely(rnd, sorted(good, key=lambda r: r.partition_id),
+                                                 rlog)
+            if rlog.clients:
+                self.remember_norms(
+                    [norms[r.partition_id] for r in good if r.partition_id in norms], norm_key)
+        else:
+            log.warning("round %d: no usable reply; the global state is kept", rnd)
         return rlog
+
+    def admit_train_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float | None:
+        """The checks every train reply passes before the method's own; returns its norm."""
+        v.expect_records(content, self.reply_records)
+        v.aux_metrics(content)
+        if self.weighted_by_examples:
+            self.check_weight(partition_id, content)
+        norm = self.validate_reply(rnd, partition_id, content)
+        if norm is not None and not np.isfinite(norm):
+            raise InvalidReply("update norm is not finite")
+        return norm
+
+    def clip_evaluation_weight(self, content: RecordDict) -> None:
+        """Clip an evaluation reply's ``num-examples`` to :meth:`size_cap` (in place)."""
+        rec = content.metric_records["metrics"]
+        cap = self.size_cap()
+        n = rec["num-examples"]
+        if isinstance(n, int) and n > cap:
+            rec["num-examples"] = int(cap)
+
+    def aggregate_safely(self, rnd: int, replies: list[NodeReply], rlog: RoundLog
+                         ) -> dict[str, float]:
+        """:meth:`aggregate_round`, undone if it raises :class:`InvalidReply` or leaves NaN/inf.
+
+        A method that only finds a problem while aggregating (or arithmetic that overflows) must
+        not end the run or poison the model: the state before the round is restored and the
+        round's replies are counted as rejected.
+        """
+        before = copy.deepcopy(self.state_dict())
+        try:
+            metrics = dict(self.aggregate_round(rnd, replies))
+            if self.state_is_finite():
+                return metrics
+            reason = "the aggregate was not finite; the round's update is undone"
+        except InvalidReply as exc:
+            reason = f"aggregation refused the round: {exc}"
+        self.load_state_dict(before)
+        for r in replies:
+            rlog.fail("rejected", r.node_id, r.partition_id, reason)
+        rlog.clients = 0
+        return {}
 
     # ------------------------------------------------------------------ federated evaluation
     def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:

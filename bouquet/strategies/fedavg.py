@@ -21,9 +21,10 @@ class FedAvg(ModelStrategy):
         """Send the global model to every sampled partition."""
         return {pid: self.model_message(rnd) for pid in partitions}
 
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
         """A full model of the right shapes and dtypes, finite, with a positive weight."""
-        self.validate_model_reply(content)
+        arrays, _ = self.validate_model_reply(content)
+        return self.model_update_norm(arrays)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Weighted average of the replies' models (Flower's aggregation)."""

@@ -114,13 +114,6 @@ def wire_compressor(ratio: float, dim: int) -> Compressor:
     return Identity() if k >= dim else TopK(k=k)
 
 
-def local_steps(common: Any, num_examples: int) -> int:
-    """Local steps a client runs (``local-steps``, or ``local-epochs`` passes of batches)."""
-    if common.local_steps > 0:
-        return int(common.local_steps)
-    return max(1, int(common.local_epochs) * math.ceil(max(num_examples, 1) / common.batch_size))
-
-
 class FedCG(ModelStrategy):
     """FedCG server (and, through ``selection``/``ratios``, its ablation baselines).
 
@@ -177,8 +170,8 @@ class FedCG(ModelStrategy):
         return self.profile if self.cfg.system == "simulated" else self.measured
 
     def steps_of(self, pid: int) -> int:
-        """Local steps of ``pid`` (from its data size learnt at hello)."""
-        return local_steps(self.common, self.sizes.get(pid, 0))
+        """Local steps of ``pid`` (from its data size learnt at hello, capped)."""
+        return self.max_local_steps(pid)
 
     def client_times(self, rnd: int, pids: list[int]) -> fedcg_plan.ClientTimes:
         """Compute and dense-upload seconds of each candidate this round."""
@@ -188,8 +181,8 @@ class FedCG(ModelStrategy):
         return fedcg_plan.ClientTimes(list(pids), np.array(compute), np.array(upload))
 
     def data_size(self, pid: int) -> float:
-        """Training examples of ``pid`` reported at hello (at least 1)."""
-        return float(max(self.sizes.get(pid, 1), 1))
+        """Training examples of ``pid`` reported at hello, capped by the weight rule (at least 1)."""
+        return float(max(self.declared_size(pid), 1))
 
     def client_weight(self, pid: int) -> float:
         """Weight of a client in facility location and aggregation."""
@@ -238,8 +231,12 @@ class FedCG(ModelStrategy):
         return out
 
     # ------------------------------------------------------------------ replies
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
-        """Check the payload decodes at the client's ratio with no more coordinates than allowed."""
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
+        """Check the payload decodes at the client's ratio with no more coordinates than allowed.
+
+        Returns the update's norm. Measured step times and uplinks (deployment) feed the ratio
+        LP, so they are bounded to plausible ranges (up to a day per step, 1e6 Mbit/s).
+        """
         plan = self._plan
         if plan is None or partition_id not in plan.theta:
             raise v.InvalidReply(f"partition {partition_id} was not selected this round")
@@ -259,10 +256,11 @@ class FedCG(ModelStrategy):
         if "train_loss" in rec_m:
             v.metric(content, "train_loss")
         if STEP_TIME_METRIC in rec_m:
-            v.metric(content, STEP_TIME_METRIC, min=0.0)
+            v.metric(content, STEP_TIME_METRIC, min=0.0, max=86_400.0)
         if UPLINK_METRIC in rec_m:
-            v.metric(content, UPLINK_METRIC, min=1e-9)
+            v.metric(content, UPLINK_METRIC, min=1e-9, max=1e6)
         self._decoded[partition_id] = vec
+        return v.l2_norm([vec])
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Add the decoded updates weighted by the clients they represent; commit the plan."""

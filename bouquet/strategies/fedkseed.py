@@ -262,10 +262,19 @@ class FedKSeed(BouquetStrategy):
                 for pid in partitions}
 
     # ------------------------------------------------------------------ uplink
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
-        """Pairs within bounds (index range, finiteness, at most ``local-steps``), a weight."""
-        read_pairs(content, self.cfg.num_seeds, self.cfg.local_steps)
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
+        """Pairs within bounds (index range, finiteness, at most ``local-steps``), a weight.
+
+        Returns the norm of the projected-gradient scalars (the accumulator moves by them).
+        """
+        _, grad = read_pairs(content, self.cfg.num_seeds, self.cfg.local_steps)
         v.num_examples(content)
+        return v.l2_norm([grad])
+
+    def state_is_finite(self) -> bool:
+        """The accumulator (and Pro's statistics) are finite."""
+        parts = [self.accumulator, *([self.abs_sum, self.count] if self.pro else [])]
+        return all(bool(np.all(np.isfinite(p))) for p in parts)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """``A[k] += sum_i w_i * sum_{steps of i on seed k} g``; Pro also updates its history."""

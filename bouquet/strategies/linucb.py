@@ -70,6 +70,9 @@ class LinUCBConfig:
         0.0, "lambda of non-private FedLinUCB; 0 = sqrt(M) as in the reference", min=0.0)
     feature_bound: float = key(1.0, "L: bound on feature norms (features are unit-normalised)",
                                min=1e-9)
+    max_step_regret: float = key(
+        2.0, "plausibility bound on one step's pseudo-regret (mean rewards of the built-in "
+        "environments lie in [-1, 1]); a silo's cum-regret may not grow faster", min=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,8 +266,17 @@ class FedLinUCB(BouquetStrategy):
                                    "config": cfg})
         return out
 
+    #: ``num-examples`` is the window's user count, checked exactly below.
+    weighted_by_examples = False
+
     def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
-        """Node shapes and dtypes, symmetry, magnitude bounds, regret monotone."""
+        """Node shapes and dtypes, symmetry, magnitude bounds, PSD up to noise, regret plausible.
+
+        A Gram node is a sum of ``x x^T`` plus (private variants) one symmetric Gaussian noise
+        matrix of entry scale sigma, whose spectral norm stays below ``sigma (2 sqrt(d) + TAIL)``
+        with overwhelming probability: a smaller eigenvalue than minus that is no Gram matrix.
+        The cumulative regret may grow by at most ``max-step-regret`` per step played.
+        """
         proto = self.protocol()
         v.expect_records(content, self.reply_records)
         if self.variant == "sdp-vecsum":
@@ -288,10 +300,14 @@ class FedLinUCB(BouquetStrategy):
                 raise v.InvalidReply("node/gram: values impossible for the window's users")
             if proto.private and np.abs(vec).max() > n_w * bound * proto.reward_bound + slack:
                 raise v.InvalidReply("node/vec: values impossible for the window's users")
+            v.positive_semidefinite(
+                gram, "node/gram",
+                slack=proto.sigma * (2 * np.sqrt(d) + TAIL) + 1e-9 * (1 + n_w * bound**2))
         if v.num_examples(content) != proto.batch:
             raise v.InvalidReply(f"metrics/num-examples: expected {proto.batch}")
         last = self.cum_regret.get(partition_id, 0.0)
-        v.metric(content, "cum-regret", min=last - 1e-9)
+        most = rnd * proto.batch * self.lin.max_step_regret
+        v.metric(content, "cum-regret", min=last - 1e-9, max=most + 1e-9)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Sum the nodes of this sync's level (through the shuffler for VecSum); log regret."""

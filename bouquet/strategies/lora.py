@@ -381,7 +381,8 @@ class LoraStrategy(BouquetStrategy):
                 {k: self.trainable[k] for k in self.head}), "config": cfg})
         self._phase = PHASE_INIT
         try:
-            return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN)
+            return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN,
+                                  norm_key=PHASE_INIT)
         finally:
             self._phase = PHASE_TRAIN
 
@@ -389,18 +390,25 @@ class LoraStrategy(BouquetStrategy):
         """Send the global adapters (+ head, + Fed-SB's frame where a client lacks it)."""
         return {pid: self.payload(rnd, pid, PHASE_TRAIN) for pid in partitions}
 
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
-        """Exactly the travelling arrays (float32, shapes), num-examples, epsilon when private."""
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
+        """Exactly the travelling arrays (float32, shapes), num-examples, epsilon when private.
+
+        Returns the norm of the update (Fed-SB init: of the summed gradients). A reported
+        epsilon must lie between the node's last one and :meth:`epsilon_ceiling`.
+        """
         if self._phase == PHASE_INIT:
             v.expect_records(content, (GRADS_RECORD, "metrics"))
-            v.arrays(content, GRADS_RECORD,
-                     {a.module: ((a.m, a.n), np.float32) for a in self.adapted})
+            grads = v.arrays(content, GRADS_RECORD,
+                             {a.module: ((a.m, a.n), np.float32) for a in self.adapted})
+            norm = v.l2_norm(grads.values())
         else:
             v.expect_records(content, ("arrays", "metrics"))
-            v.arrays(content, "arrays", {k: (s, np.float32) for k, s in self.spec.items()})
+            arrays = v.arrays(content, "arrays", {k: (s, np.float32) for k, s in self.spec.items()})
+            norm = v.update_norm(arrays, self.trainable)
         v.num_examples(content)
         if self.private:
-            eps = v.metric(content, "epsilon", min=0.0)
+            eps = v.metric(content, "epsilon", min=0.0,
+                           max=self.epsilon_ceiling(rnd, partition_id))
             before = self.epsilon.get(partition_id, 0.0)
             if eps < before - 1e-9:
                 # A node that lost its accountant (wiped state folder) would under-report.
@@ -408,6 +416,33 @@ class LoraStrategy(BouquetStrategy):
                     f"epsilon went down from {before:.4g} to {eps:.4g}: the node lost its "
                     "privacy accountant; its update is not used"
                 )
+        return norm
+
+    def epsilon_ceiling(self, rnd: int, partition_id: int) -> float:
+        """The largest epsilon an honest node can report after round ``rnd`` (plausibility).
+
+        With a budget (``dp.target-epsilon`` or ``dp.max-epsilon``) clients refuse to exceed it.
+        Otherwise the bound is that of the Gaussian mechanism without subsampling composed over
+        every step the node may have taken (``(rnd + 1) * max_local_steps``, the +1 for Fed-SB's
+        init): RDP ``T a / (2 sigma^2)`` at the best order gives
+        ``T / (2 sigma^2) + sqrt(2 T log(1/delta)) / sigma``, an upper bound on what a
+        subsampled accountant reports. It is a sanity bound against absurd values (which would
+        otherwise lock out the node's later honest ones), not a privacy claim.
+        """
+        dp = self.dp
+        assert dp is not None
+        budget = dp.target_epsilon or dp.max_epsilon
+        if budget > 0:
+            return budget * (1 + 1e-6) + 1e-9
+        sigma = dp.noise_multiplier
+        steps = (rnd + 1) * self.max_local_steps(partition_id)
+        log_inv_delta = np.log(1 / dp.delta) if dp.delta > 0 else np.inf
+        bound = steps / (2 * sigma**2) + np.sqrt(2 * steps * log_inv_delta) / sigma
+        return float(2 * bound + 1)
+
+    def state_is_finite(self) -> bool:
+        """The travelling arrays are finite (cheaper than merging the model)."""
+        return all(bool(np.all(np.isfinite(a))) for a in self.trainable.values())
 
     def _weights(self, replies: list[NodeReply]) -> np.ndarray:
         if self.cfg.weighting == "uniform":

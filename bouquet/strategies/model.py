@@ -57,6 +57,10 @@ class ModelStrategy(BouquetStrategy):
         arrays = v.arrays(content, "arrays", self.spec())
         return arrays, v.num_examples(content)
 
+    def model_update_norm(self, arrays: Mapping[str, np.ndarray]) -> float:
+        """L2 distance of a reply's model from the global one (what it would move it by)."""
+        return v.update_norm(arrays, self.weights)
+
     def state_dict(self) -> dict[str, Any]:
         """Base state plus the global model."""
         return {**super().state_dict(), "weights": dict(self.weights)}

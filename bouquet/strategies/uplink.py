@@ -119,10 +119,14 @@ class VectorUplinkStrategy(ModelStrategy):
             out[pid] = content
         return out
 
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
-        """Every payload decodes to a finite vector of the model's length; steps and weight ok."""
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
+        """Every payload decodes to a finite vector of the model's length; steps and weight ok.
+
+        ``local-steps`` (K_i) scales the server's step, so it is bounded by what the run's
+        configuration allows the node (:meth:`max_local_steps`). Returns the payloads' joint norm.
+        """
         v.num_examples(content)
-        v.metric(content, STEPS_METRIC, kind=int, min=1)
+        v.metric(content, STEPS_METRIC, kind=int, min=1, max=self.max_local_steps(partition_id))
         decoded = []
         size = 0
         for name in self.payloads:
@@ -134,6 +138,7 @@ class VectorUplinkStrategy(ModelStrategy):
             size += sum(record[k].numpy().nbytes for k in record.keys())
         self._decoded[partition_id] = decoded
         self._payload_bytes[partition_id] = size
+        return v.l2_norm(decoded)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Apply the method's rule to the decoded vectors; mark the replies accepted."""

@@ -7,6 +7,7 @@ shapes, dtypes and finiteness, and metric types and ranges (DESIGN §4, "Replies
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -139,3 +140,100 @@ def metric(
 def num_examples(content: RecordDict, record: str = "metrics") -> int:
     """The positive ``num-examples`` weight of a reply."""
     return int(metric(content, "num-examples", record=record, kind=int, min=1))
+
+
+# ---------------------------------------------------------------------- hostile scalars
+#: Largest partition id or example count a node may claim (a signed 32-bit int: anything larger
+#: is a lie on any federation this project can run, and keeps later arithmetic exact).
+MAX_COUNT = 2**31 - 1
+
+
+def strict_int(value: object, label: str, *, min: int = 0, max: int = MAX_COUNT) -> int:  # noqa: A002
+    """Return ``value`` if it is a plain ``int`` in ``[min, max]``, else raise :class:`InvalidReply`.
+
+    Floats (``inf`` included), bools, bytes and strings are refused rather than coerced: a node
+    that sends ``b"3"`` or ``3.0`` where the protocol says int is broken or hostile.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidReply(f"{label}: expected an int, got {type(value).__name__}")
+    if value < min or value > max:
+        raise InvalidReply(f"{label}: {value} outside [{min}, {max}]")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hello:
+    """A node's parsed answer to the discovery query."""
+
+    partition_id: int
+    num_examples: int
+
+
+def parse_hello(info: object) -> Hello:
+    """Parse the ``info`` ConfigRecord of a hello answer (strict ints, bounded)."""
+    if not isinstance(info, ConfigRecord):
+        raise InvalidReply("hello: missing config record 'info'")
+    if "partition-id" not in info:
+        raise InvalidReply("hello: no partition-id")
+    pid = strict_int(info["partition-id"], "hello/partition-id")
+    size = strict_int(info.get("num-examples", 0), "hello/num-examples")
+    return Hello(pid, size)
+
+
+def aux_metrics(content: RecordDict, record: str = "metrics") -> None:
+    """Every value of a reply's MetricRecord is a finite int/float scalar (no lists, no bools).
+
+    Auxiliary metrics (``train_loss``, timings) are averaged and logged by the server: a NaN or a
+    list there must reject the reply, never reach the averages or the results files.
+    """
+    if record not in content:
+        return
+    rec = metric_record(content, record)
+    for k, value in rec.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidReply(f"{record}/{k}: expected a scalar, got {type(value).__name__}")
+        if not np.isfinite(float(value)):
+            raise InvalidReply(f"{record}/{k}: non-finite value")
+
+
+#: Evaluation metrics whose range is known: a value outside it is a lie, not a result.
+UNIT_INTERVAL_METRICS = ("accuracy", "exact_match", "f1")
+
+
+def evaluation_reply(content: RecordDict, *, max_examples: int) -> int:
+    """Check a federated-evaluation reply; return its (validated) ``num-examples``.
+
+    Every metric must be a finite scalar, accuracy-like metrics (:data:`UNIT_INTERVAL_METRICS`)
+    lie in [0, 1], losses are non-negative, and the weight is an int in ``[1, max_examples]``.
+    """
+    expect_records(content, ("metrics",))
+    aux_metrics(content)
+    rec = metric_record(content)
+    n = strict_int(rec.get("num-examples"), "metrics/num-examples", min=1, max=max_examples)
+    for k, value in rec.items():
+        x = float(value)  # type: ignore[arg-type]
+        if any(k == m or k.endswith(f"_{m}") for m in UNIT_INTERVAL_METRICS) and not 0 <= x <= 1:
+            raise InvalidReply(f"metrics/{k}: {x:g} outside [0, 1]")
+        if "loss" in k and x < 0:
+            raise InvalidReply(f"metrics/{k}: negative loss {x:g}")
+    return n
+
+
+def positive_semidefinite(mat: np.ndarray, label: str, slack: float = 0.0) -> None:
+    """Reject a symmetric matrix whose smallest eigenvalue is below ``-slack``."""
+    lowest = float(np.linalg.eigvalsh(mat)[0])
+    if lowest < -slack:
+        raise InvalidReply(f"{label}: smallest eigenvalue {lowest:.4g} below {-slack:.4g} "
+                           "(not a possible Gram matrix)")
+
+
+def l2_norm(arrays: Iterable[np.ndarray]) -> float:
+    """Joint L2 norm of several arrays, computed in float64 (float32 extremes do not overflow)."""
+    return float(np.sqrt(sum(float(np.sum(np.square(np.asarray(a, dtype=np.float64))))
+                             for a in arrays)))
+
+
+def update_norm(new: Mapping[str, np.ndarray], old: Mapping[str, np.ndarray]) -> float:
+    """L2 norm of ``new - old`` over the arrays both share (in float64)."""
+    return l2_norm(np.asarray(new[k], np.float64) - np.asarray(old[k], np.float64)
+                   for k in new if k in old)
