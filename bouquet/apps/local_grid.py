@@ -4,7 +4,8 @@ The real ClientApp runs inside push_messages: no Ray, no SuperLink.
 
 Each simulated node has its own Context (so ``context.state`` behaves as in Flower). Faults can be
 injected per node: ``corrupt[partition_id] = fn(content) -> content`` edits a reply,
-``fail`` makes the node raise, ``drop`` makes the reply go missing.
+``fail`` makes the node raise, ``drop`` makes the reply go missing. ``corrupt_query`` and
+``corrupt_eval`` edit only the replies to queries (hello) and to evaluation instructions.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class LocalGrid(Grid):
         self.contexts = {1000 + i: self.fresh_context(i) for i in range(num_nodes)}
         self.replies: dict[str, Message] = {}
         self.corrupt: dict[int, Callable[[RecordDict], RecordDict]] = {}
+        self.corrupt_query: dict[int, Callable[[RecordDict], RecordDict]] = {}
+        self.corrupt_eval: dict[int, Callable[[RecordDict], RecordDict]] = {}
         self.fail: set[int] = set()
         self.drop: set[int] = set()
         self.offline: set[int] = set()
@@ -105,6 +108,10 @@ class LocalGrid(Grid):
                 reply = Message(Error(code=2, reason=repr(exc)), reply_to=m)
             if not is_query and pid in self.corrupt and not reply.has_error():
                 reply = Message(self.corrupt[pid](reply.content), reply_to=m)
+            special = (self.corrupt_query if is_query
+                       else self.corrupt_eval if m.metadata.message_type == "evaluate" else {})
+            if pid in special and not reply.has_error():
+                reply = Message(special[pid](reply.content), reply_to=m)
             self.replies[mid] = reply
             ids.append(mid)
         return ids

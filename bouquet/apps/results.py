@@ -6,6 +6,7 @@ Benchmarks and tests read these files; the key names are a contract.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -41,6 +42,24 @@ def package_versions() -> dict[str, str]:
 def lower_is_better(metric: str) -> bool:
     """True for loss-like metrics."""
     return any(word in metric for word in LOWER_IS_BETTER)
+
+
+def strict_json(obj: Any, **kwargs: Any) -> str:
+    """JSON text with every non-finite float written as ``null`` (standard JSON has no NaN).
+
+    A value a node reported can be NaN or infinite; ``json.dumps`` would write a bare ``NaN``
+    that no strict reader accepts.
+    """
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, Mapping):
+            return {k: clean(val) for k, val in x.items()}
+        if isinstance(x, list | tuple):
+            return [clean(val) for val in x]
+        return x
+
+    return json.dumps(clean(obj), allow_nan=False, **kwargs)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -81,14 +100,14 @@ class ResultsWriter:
         self._rewrite()
 
     def _rewrite(self) -> None:
-        text = "".join(json.dumps(r) + "\n" for r in self.records)
+        text = "".join(strict_json(r) + "\n" for r in self.records)
         atomic_write(self.run_dir / "metrics.jsonl", text.encode())
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Add one round's line (flushed to disk at once)."""
         self.records.append(dict(record))
         with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(strict_json(record) + "\n")
 
     def summary(self, headline: list[str], extras: Mapping[str, Mapping[str, Any]],
                 target_accuracy: float = 0.0) -> dict[str, Any]:
@@ -138,7 +157,7 @@ class ResultsWriter:
         """Write summary.json and the plots; return the summary's path."""
         summary = self.summary(headline, extras, target_accuracy)
         path = self.run_dir / "summary.json"
-        atomic_write(path, json.dumps(summary, indent=2).encode())
+        atomic_write(path, strict_json(summary, indent=2).encode())
         try:
             from bouquet.apps.plots import plot_run
 

@@ -173,6 +173,7 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
                 eval_metrics = dict(elog.metrics)
                 rlog.up_bytes += elog.up_bytes
                 rlog.down_bytes += elog.down_bytes
+                rlog.failures.extend({**f, "phase": "evaluate"} for f in elog.failures)
         except NotEnoughNodes as exc:
             stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
             raise

@@ -33,8 +33,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from bouquet.schema import CommonConfig
-from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies import validation as v
+from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies.validation import InvalidReply
 
 log = logging.getLogger("bouquet")
@@ -599,7 +599,7 @@ def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[
             continue
         w = float(rec.get("num-examples", 1))  # type: ignore[arg-type]
         weight_sum += w
-        for k, v in rec.items():
-            if k != "num-examples" and isinstance(v, int | float) and not isinstance(v, bool):
-                totals[k] = totals.get(k, 0.0) + w * float(v)
-    return {k: v / weight_sum for k, v in totals.items()} if weight_sum else {}
+        for k, x in rec.items():
+            if k != "num-examples" and isinstance(x, int | float) and not isinstance(x, bool):
+                totals[k] = totals.get(k, 0.0) + w * float(x)
+    return {k: x / weight_sum for k, x in totals.items()} if weight_sum else {}

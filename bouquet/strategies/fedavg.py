@@ -3,19 +3,44 @@
 The averaging is Flower's own (``aggregate_arrayrecords``); what this class adds is what the
 project requires around it: seeded sampling with a deadline, per-reply validation (a bad reply is
 dropped and counted instead of aborting the run), measured bytes and checkpointable state.
+
+Two robust aggregation rules can replace the weighted mean (``fedavg.aggregator``): the
+coordinate-wise median (Yin et al., ICML 2018) and the coordinate-wise trimmed mean (same paper;
+Flower's ``trim_mean`` helper). Both ignore ``num-examples`` weights.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 from flwr.app import RecordDict
+from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
+from bouquet.schema import key
 from bouquet.strategies.base import NodeReply, StrategySetup, weighted_metrics
 from bouquet.strategies.model import ModelStrategy, to_numpy
 
 
+@dataclasses.dataclass(frozen=True)
+class FedAvgConfig:
+    """Keys of FedAvg (prefix ``fedavg``)."""
+
+    aggregator: str = key(
+        "mean", "mean: weighted by num-examples (FedAvg); median / trimmed-mean: coordinate-wise, "
+        "unweighted (robust to a minority of hostile replies)",
+        choices=("mean", "median", "trimmed-mean"))
+    trim_fraction: float = key(
+        0.2, "trimmed-mean: fraction cut from each end per coordinate", min=0.0, max=0.49)
+
+
 class FedAvg(ModelStrategy):
-    """Federated averaging weighted by the number of local examples."""
+    """Federated averaging weighted by the number of local examples (or a robust rule)."""
+
+    def __init__(self, setup: StrategySetup) -> None:
+        super().__init__(setup)
+        self.cfg: FedAvgConfig = setup.sections.get("fedavg", FedAvgConfig())
 
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Send the global model to every sampled partition."""
@@ -27,10 +52,18 @@ class FedAvg(ModelStrategy):
         return self.model_update_norm(arrays)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
-        """Weighted average of the replies' models (Flower's aggregation)."""
-        records = [RecordDict({"arrays": r.content["arrays"], "metrics": r.content["metrics"]})
-                   for r in replies]
-        avg = to_numpy(aggregate_arrayrecords(records, "num-examples"))
+        """Weighted average of the replies' models (Flower's aggregation), or a robust rule."""
+        if self.cfg.aggregator == "mean":
+            records = [RecordDict({"arrays": r.content["arrays"], "metrics": r.content["metrics"]})
+                       for r in replies]
+            avg = to_numpy(aggregate_arrayrecords(records, "num-examples"))
+        else:
+            models = [to_numpy(r.content["arrays"]) for r in replies]
+            avg = {}
+            for k in self.weights:
+                stack = np.stack([m[k].astype(np.float64) for m in models])
+                avg[k] = (np.median(stack, axis=0) if self.cfg.aggregator == "median"
+                          else trim_mean(stack, self.cfg.trim_fraction))
         self.weights = {k: avg[k].astype(self.weights[k].dtype) for k in self.weights}
         return {f"train_{k}": v for k, v in weighted_metrics(replies).items()}
 

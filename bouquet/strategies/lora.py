@@ -365,7 +365,8 @@ class LoraStrategy(BouquetStrategy):
             rlog.up_bytes += init_log.up_bytes
             rlog.down_bytes += init_log.down_bytes
             for f in init_log.failures:
-                setattr(rlog, f["kind"], getattr(rlog, f["kind"]) + 1)
+                if f["kind"] in ("rejected", "errors", "missing"):
+                    setattr(rlog, f["kind"], getattr(rlog, f["kind"]) + 1)
             rlog.failures = init_log.failures + rlog.failures
         return rlog
 

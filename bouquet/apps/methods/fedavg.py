@@ -1,6 +1,7 @@
 """FedAvg, the baseline every other method is compared with."""
 
 from bouquet.apps.registry import Method
+from bouquet.strategies.fedavg import FedAvgConfig
 
 METHODS = [
     Method(
@@ -9,6 +10,7 @@ METHODS = [
         strategy="bouquet.strategies.fedavg:build",
         client="bouquet.clients.fedavg:FedAvgClient",
         default_task="digits-mlp",
+        sections={"fedavg": FedAvgConfig},
         family="baseline",
         extra="torch",
         paper="McMahan et al., Communication-Efficient Learning of Deep Networks from "
