@@ -13,33 +13,11 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
+
+from bouquet.apps.faults import map_arrays
 
 Edit = Callable[[RecordDict], RecordDict | None]
-
-
-def _float_array(content: RecordDict) -> tuple[str, str] | None:
-    for rname, rec in content.items():
-        if isinstance(rec, ArrayRecord):
-            for key in rec.keys():
-                arr = rec[key].numpy()
-                if np.issubdtype(arr.dtype, np.floating) and arr.size:
-                    return rname, key
-    return None
-
-
-def _with_array(content: RecordDict, fn: Callable[[np.ndarray], np.ndarray]) -> RecordDict | None:
-    loc = _float_array(content)
-    if loc is None:
-        return None
-    out = RecordDict()
-    for name, rec in content.items():
-        if name == loc[0]:
-            assert isinstance(rec, ArrayRecord)
-            rec = ArrayRecord({k: Array(fn(rec[k].numpy().copy()).astype(rec[k].numpy().dtype))
-                               if k == loc[1] else rec[k] for k in rec.keys()})
-        out[name] = rec
-    return out
 
 
 def _with_metric(content: RecordDict, key: str, value: object, *, only_if_present: bool = False
@@ -56,13 +34,13 @@ def _with_metric(content: RecordDict, key: str, value: object, *, only_if_presen
 
 
 def scale_1e4(content: RecordDict) -> RecordDict | None:
-    """Multiply the first float array by 1e4 (finite, plausible-looking, absurd)."""
-    return _with_array(content, lambda a: a * 1e4 + np.sign(a + 1e-30) * 1e-3)
+    """Multiply the first float array by 1e4 and shift it off zero (finite, absurd)."""
+    return map_arrays(content, lambda a: a * 1e4 + np.sign(a + 1e-30) * 1e-3)
 
 
 def float32_max(content: RecordDict) -> RecordDict | None:
     """Fill the first float array with the largest finite float32."""
-    return _with_array(content, lambda a: np.full_like(a, np.finfo(np.float32).max))
+    return map_arrays(content, lambda a: np.full_like(a, np.finfo(np.float32).max))
 
 
 def huge_weight(content: RecordDict) -> RecordDict | None:

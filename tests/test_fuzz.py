@@ -216,3 +216,31 @@ def test_a_failing_aggregation_is_undone_and_the_run_goes_on(fault: str, tmp_pat
 def test_reliability_doc_shows_the_suite_table() -> None:
     assert table() in DOCS.read_text(), (
         "docs/reliability.md is out of date: paste the output of `python tests/fuzz_cases.py`")
+
+
+# ----------------------------------------------------------------------------- bandits
+@pytest.mark.parametrize("name", ["fedlinucb", "dp-fedlinucb-ldp"])
+def test_an_indefinite_gram_within_entry_bounds_is_rejected(name: str, tmp_path: Path) -> None:
+    from bouquet.strategies.linucb import TAIL
+
+    grid, strategy = build(name, tmp_path, **{"fraction-train": 1.0})
+    strategy.train_round(grid, 1)
+    proto = strategy.protocol()  # type: ignore[attr-defined]
+    d = strategy.dim  # type: ignore[attr-defined]
+    entry_bound = proto.window_users(2) * proto.feature_bound**2 + TAIL * proto.sigma
+    eig_slack = proto.sigma * (2 * np.sqrt(d) + TAIL)
+    if eig_slack >= 0.9 * entry_bound:
+        pytest.skip("noise too large for an in-bounds indefinite matrix")
+    c = 0.95 * entry_bound  # zero diagonal, constant off-diagonal: eigenvalue -c
+    bad_gram = c * (np.ones((d, d)) - np.eye(d))
+
+    def corrupt(content: RecordDict) -> RecordDict:
+        from flwr.app import Array, ArrayRecord
+        node = content["node"]
+        assert isinstance(node, ArrayRecord)
+        content["node"] = ArrayRecord({"gram": Array(bad_gram), "vec": node["vec"]})
+        return content
+
+    grid.corrupt[ROGUE] = corrupt
+    rlog = strategy.train_round(grid, 2)
+    assert rlog.rejected == 1 and "eigenvalue" in rlog.failures[0]["reason"], rlog.failures

@@ -43,6 +43,9 @@ class BenchRun:
     group : str
         Runs with the same group are averaged over seeds in the table (default: the name
         without a trailing ``-s<seed>``).
+    faults : Mapping[int, str]
+        Partition id -> a fault of :data:`bouquet.apps.faults.FAULTS` that node's train replies
+        suffer (in-process engine only).
 
     """
 
@@ -50,6 +53,7 @@ class BenchRun:
     config: Mapping[str, Any]
     clients: int = 10
     group: str = ""
+    faults: Mapping[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def group_name(self) -> str:
@@ -139,8 +143,12 @@ def run_inprocess(run: BenchRun, out: Path) -> Path:
     from bouquet.apps.local_grid import LocalGrid
     from bouquet.apps.runner import execute
 
+    from bouquet.apps.faults import FAULTS
+
     cfg = {**run.config, "results-dir": str(out), "run-name": run.name}
     grid = LocalGrid(run.clients, cfg)
+    for pid, fault in run.faults.items():
+        grid.corrupt[pid] = lambda c, f=FAULTS[fault]: f(c) or c
     return execute(grid, grid.run_config)
 
 
@@ -156,6 +164,8 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         raise ValueError(f"suite {name}: run names must be unique")
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if engine != "inprocess" and any(r.faults for r in runs):
+        raise ValueError(f"suite {name} injects faults: only --engine inprocess can")
     if engine == "inprocess":
         runner: RunFn = run_inprocess
     else:
