@@ -244,3 +244,34 @@ def test_an_indefinite_gram_within_entry_bounds_is_rejected(name: str, tmp_path:
     grid.corrupt[ROGUE] = corrupt
     rlog = strategy.train_round(grid, 2)
     assert rlog.rejected == 1 and "eigenvalue" in rlog.failures[0]["reason"], rlog.failures
+
+
+# ----------------------------------------------------------------------------- initial model
+def _init_grid(tmp_path: Path) -> LocalGrid:
+    from conformance_kit import method_config
+    return LocalGrid(NUM_NODES, method_config("fedavg", tmp_path))
+
+
+def test_one_hostile_node_cannot_choose_the_initial_model(tmp_path: Path) -> None:
+    from bouquet.apps.faults import apply_fault, scaled
+    from bouquet.strategies.base import initial_arrays_from_nodes
+
+    grid = _init_grid(tmp_path)
+    honest = initial_arrays_from_nodes(grid, timeout=30, deadline=5)
+    assert honest is not None
+    grid.corrupt_query[0] = lambda c: apply_fault(scaled(1e4, every=True), c)
+    chosen = initial_arrays_from_nodes(grid, timeout=30, deadline=5)
+    assert chosen is not None
+    for k in honest.keys():
+        np.testing.assert_array_equal(chosen[k].numpy(), honest[k].numpy())
+
+
+def test_no_majority_on_the_initial_model_stops_the_run(tmp_path: Path) -> None:
+    from bouquet.apps.faults import apply_fault, scaled
+    from bouquet.strategies.base import initial_arrays_from_nodes
+
+    grid = _init_grid(tmp_path)
+    grid.corrupt_query[0] = lambda c: apply_fault(scaled(2.0, every=True), c)
+    grid.corrupt_query[1] = lambda c: apply_fault(scaled(3.0, every=True), c)
+    with pytest.raises(RuntimeError, match="disagree"):
+        initial_arrays_from_nodes(grid, timeout=30, deadline=5)

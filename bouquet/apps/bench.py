@@ -21,6 +21,7 @@ import importlib.util
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -140,15 +141,14 @@ RunFn = Callable[[BenchRun, Path], Path]
 
 def run_inprocess(run: BenchRun, out: Path) -> Path:
     """Run one configuration with the in-process grid; return its summary path."""
+    from bouquet.apps.faults import FAULTS, apply_fault
     from bouquet.apps.local_grid import LocalGrid
     from bouquet.apps.runner import execute
-
-    from bouquet.apps.faults import FAULTS
 
     cfg = {**run.config, "results-dir": str(out), "run-name": run.name}
     grid = LocalGrid(run.clients, cfg)
     for pid, fault in run.faults.items():
-        grid.corrupt[pid] = lambda c, f=FAULTS[fault]: f(c) or c
+        grid.corrupt[pid] = partial(apply_fault, FAULTS[fault])
     return execute(grid, grid.run_config)
 
 

@@ -49,6 +49,11 @@ def scaled(factor: float, *, every: bool = False) -> Fault:
     return lambda content: map_arrays(content, lambda a: a * factor, every=every)
 
 
+def apply_fault(fault: Fault, content: RecordDict) -> RecordDict:
+    """``fault(content)``, or the content unchanged when the fault does not apply to it."""
+    return fault(content) or content
+
+
 #: Faults by name, for ``BenchRun.faults``.
 FAULTS: dict[str, Fault] = {
     "scale-1e4": scaled(1e4, every=True),

@@ -13,18 +13,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from bouquet.apps.config import ConfigError, RunConfig, resolve
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import ResultsWriter, default_results_dir
 from bouquet.strategies.base import (
-    INIT_ACTION,
     BouquetStrategy,
     NotEnoughNodes,
     StrategySetup,
-    exchange,
+    initial_arrays_from_nodes,
 )
 from bouquet.strategies.checkpoint import load_checkpoint, save_checkpoint
 from bouquet.strategies.model import to_numpy, to_record
@@ -66,19 +65,8 @@ def initial_arrays(cfg: RunConfig, task: Any | None, grid: Grid) -> ArrayRecord 
         if not hasattr(task, "initial_arrays"):
             return None
         return to_record(task.initial_arrays(cfg.common.seed))
-    deadline = time.monotonic() + cfg.common.sample_deadline
-    while time.monotonic() < deadline:
-        nodes = sorted(grid.get_node_ids())
-        if nodes:
-            msg = Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
-                          dst_node_id=nodes[0], message_type=MessageType.QUERY)
-            replies, _ = exchange(grid, {nodes[0]: msg}, timeout=cfg.common.round_timeout)
-            reply = replies.get(nodes[0])
-            if reply is not None and not reply.has_error() and "arrays" in reply.content:
-                return reply.content["arrays"]  # type: ignore[return-value]
-            return None
-        time.sleep(1.0)
-    raise RuntimeError("no node came online to provide the initial model")
+    return initial_arrays_from_nodes(grid, timeout=cfg.common.round_timeout,
+                                     deadline=cfg.common.sample_deadline)
 
 
 def holds_model(cfg: RunConfig) -> bool:

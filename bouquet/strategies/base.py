@@ -540,6 +540,72 @@ class BouquetStrategy(Strategy):
         log.info("%s (method %s, task %s)", type(self).__name__, self.method, self.setup.task)
 
 
+# ---------------------------------------------------------------------- initial model
+def initial_arrays_from_nodes(grid: Grid, *, timeout: float, deadline: float,
+                              ask: int = 3) -> ArrayRecord | None:
+    """Ask up to ``ask`` online nodes for the task's initial model; return the agreed one.
+
+    A server without the task's packages takes its starting point from nodes, so one hostile
+    node must not choose it. The initial model is a function of the run seed: honest nodes send
+    identical arrays. With two or more answers, an answer is used only when a strict majority of
+    them is bit-identical to it (and finite); one node alone is trusted with a warning.
+
+    Returns None when the nodes have no initial model (the method needs none).
+    """
+    end = time.monotonic() + deadline
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if nodes:
+            break
+        if time.monotonic() >= end:
+            raise RuntimeError("no node came online to provide the initial model")
+        time.sleep(1.0)
+    chosen = nodes[:ask]
+    msgs = {n: Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
+                       dst_node_id=n, message_type=MessageType.QUERY) for n in chosen}
+    replies, _ = exchange(grid, msgs, timeout=timeout)
+    answers: list[tuple[int, ArrayRecord, bytes]] = []
+    for n, reply in sorted(replies.items()):
+        if reply.has_error():
+            log.warning("node %d could not provide the initial model: %s", n,
+                        short_reason(reply.error.reason or ""))
+            continue
+        if "arrays" not in reply.content:
+            continue
+        rec = reply.content["arrays"]
+        try:
+            if not isinstance(rec, ArrayRecord):
+                raise InvalidReply("not an ArrayRecord")
+            arrays = {k: rec[k].numpy() for k in rec.keys()}
+            for k, a in arrays.items():
+                v.check_array(a, f"arrays/{k}", None, None)
+        except Exception as exc:  # a payload that does not decode or holds NaN
+            log.warning("node %d sent an unusable initial model: %s", n, exc)
+            continue
+        digest = b"".join(k.encode() + a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()
+                          for k, a in arrays.items())
+        answers.append((n, rec, digest))
+    if not answers:
+        return None
+    if len(answers) == 1:
+        if len(chosen) > 1:
+            log.warning("only node %d provided the initial model; it is trusted alone",
+                        answers[0][0])
+        return answers[0][1]
+    counts: dict[bytes, int] = {}
+    for _, _, digest in answers:
+        counts[digest] = counts.get(digest, 0) + 1
+    best, votes = max(counts.items(), key=lambda kv: kv[1])
+    if 2 * votes <= len(answers):
+        raise RuntimeError(f"nodes disagree on the initial model ({len(answers)} answers, no "
+                           "majority): a node is broken or hostile")
+    for n, _, digest in answers:
+        if digest != best:
+            log.warning("node %d sent an initial model that differs from the majority's; ignored",
+                        n)
+    return next(rec for _, rec, digest in answers if digest == best)
+
+
 # ---------------------------------------------------------------------- helpers
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
