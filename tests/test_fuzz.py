@@ -275,3 +275,25 @@ def test_no_majority_on_the_initial_model_stops_the_run(tmp_path: Path) -> None:
     grid.corrupt_query[1] = lambda c: apply_fault(scaled(3.0, every=True), c)
     with pytest.raises(RuntimeError, match="disagree"):
         initial_arrays_from_nodes(grid, timeout=30, deadline=5)
+
+
+def test_steps_of_a_node_declaring_a_huge_data_set_are_clipped(tmp_path: Path) -> None:
+    grid, strategy = build("scafcom", tmp_path, **{"fraction-train": 1.0, "local-steps": 0,
+                                                   "local-epochs": 1})
+    grid.corrupt_query[ROGUE] = hello_value("num-examples", 2**31 - 1)
+    grid.corrupt[ROGUE] = lambda c: _set_metric(c, "local-steps", 10**6)
+    rlog = strategy.train_round(grid, 1)
+    assert rlog.clients == NUM_NODES, rlog.failures  # within what it declared: accepted...
+    rogue = NodeReply(1000 + ROGUE, ROGUE, grid.corrupt[ROGUE](_honest_reply(grid)), 0, 0)
+    k = strategy.steps([rogue])[0]  # type: ignore[attr-defined]
+    assert k == strategy.max_local_steps(ROGUE, clipped=True) < 10**6  # ...but K_i is clipped
+
+
+def _set_metric(content: RecordDict, key: str, value: int) -> RecordDict:
+    content["metrics"][key] = value  # type: ignore[index]
+    return content
+
+
+def _honest_reply(grid: LocalGrid) -> RecordDict:
+    from flwr.app import MetricRecord
+    return RecordDict({"metrics": MetricRecord({"local-steps": 1, "num-examples": 1})})

@@ -291,11 +291,17 @@ class BouquetStrategy(Strategy):
         n = self.sizes.get(partition_id, 0)
         return int(min(n, self.size_cap())) if n > 0 else 0
 
-    def max_local_steps(self, partition_id: int) -> int:
-        """Most local steps a node may take in a round under the run's configuration."""
+    def max_local_steps(self, partition_id: int, *, clipped: bool = False) -> int:
+        """Most local steps a node may take in a round under the run's configuration.
+
+        With ``local-steps`` 0 this follows the node's declared size: as declared (what an
+        honest node can claim; more is a lie) or, with ``clipped``, clipped like its weight
+        (what a method whose step scales with K_i should use at most).
+        """
         if self.common.local_steps > 0:
             return self.common.local_steps
-        n = max(self.declared_size(partition_id), 1)
+        size = self.declared_size(partition_id) if clipped else self.sizes.get(partition_id, 0)
+        n = max(size, 1)
         return max(1, self.common.local_epochs * int(np.ceil(n / self.common.batch_size)))
 
     def check_weight(self, partition_id: int, content: RecordDict) -> None:

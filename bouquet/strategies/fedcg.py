@@ -170,7 +170,7 @@ class FedCG(ModelStrategy):
         return self.profile if self.cfg.system == "simulated" else self.measured
 
     def steps_of(self, pid: int) -> int:
-        """Local steps of ``pid`` (from its data size learnt at hello, capped)."""
+        """Local steps of ``pid`` (from its data size learnt at hello)."""
         return self.max_local_steps(pid)
 
     def client_times(self, rnd: int, pids: list[int]) -> fedcg_plan.ClientTimes:

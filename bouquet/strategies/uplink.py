@@ -155,8 +155,13 @@ class VectorUplinkStrategy(ModelStrategy):
         return metrics
 
     def steps(self, replies: list[NodeReply]) -> np.ndarray:
-        """K_i of each reply."""
-        return np.asarray([float(r.content["metrics"][STEPS_METRIC])  # type: ignore[index,arg-type]
+        """K_i of each reply, clipped like the weights.
+
+        A node that declares a huge data set may not scale its step beyond what the weight cap
+        allows.
+        """
+        return np.asarray([min(float(r.content["metrics"][STEPS_METRIC]),  # type: ignore[index,arg-type]
+                               self.max_local_steps(r.partition_id, clipped=True))
                            for r in replies])
 
     def num_clients(self) -> int:
