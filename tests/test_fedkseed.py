@@ -69,7 +69,8 @@ def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
     assert strategy.global_arrays() is None
     state = strategy.state_dict()
     assert state["accumulator"].shape == (32,)
-    assert all(not isinstance(v, dict) or k in ("partitions", "sizes") for k, v in state.items())
+    assert all(not isinstance(v, dict) or k in ("partitions", "sizes", "norm_history")
+               for k, v in state.items())
 
 
 # ---------------------------------------------------------------------------- codec
