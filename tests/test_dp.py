@@ -47,7 +47,8 @@ def test_noise_zero_and_no_clipping_equals_plain_training() -> None:
         am, params = _adapted(task)
         local_train(am.model, params, task.loss, local.x_train, local.y_train,  # type: ignore[attr-defined]
                     steps=5, batch_size=16, lr=0.05, optimizer="sgd", generator=generator(1, 2, 3),
-                    dp=dp, noise_multiplier=0.0, noise_generator=generator(9))
+                    dp=dp, noise_multiplier=0.0, noise_generator=generator(9),
+                    example_loss_fn=task.example_losses)
         results.append([p.detach().clone() for p in params])
     moved = max(float((a - b).abs().max()) for a, b in zip(results[0], _adapted(task)[1], strict=True))
     assert moved > 1e-3
@@ -65,7 +66,7 @@ def test_clipping_changes_the_update() -> None:
         local_train(am.model, params, task.loss, local.x_train, local.y_train,  # type: ignore[attr-defined]
                     steps=3, batch_size=16, lr=0.05, optimizer="sgd", generator=generator(1),
                     dp=DPConfig(enabled=True, max_grad_norm=clip, sampling="shuffle"),
-                    noise_multiplier=0.0)
+                    noise_multiplier=0.0, example_loss_fn=task.example_losses)
         results.append(torch.cat([p.detach().reshape(-1) for p in params]))
     assert not torch.allclose(results[0], results[1], atol=1e-5)
 
@@ -94,10 +95,11 @@ def test_noise_on_zero_gradient_has_the_configured_std() -> None:
     before = torch.cat([p.detach().reshape(-1).clone() for p in params])
     sigma, clip, batch = 2.0, 0.5, 4
     x, y = torch.randn(64, 100), torch.zeros(64)
-    local_train(model, params, lambda m, xb, yb: (m(xb) * 0.0).mean(), x, y, steps=1,
+    zero = lambda m, xb, yb: (m(xb) * 0.0).mean(1)  # noqa: E731
+    local_train(model, params, zero, x, y, steps=1,
                 batch_size=batch, lr=1.0, optimizer="sgd", generator=generator(0),
                 dp=DPConfig(enabled=True, max_grad_norm=clip, sampling="shuffle"),
-                noise_multiplier=sigma, noise_generator=generator(1))
+                noise_multiplier=sigma, noise_generator=generator(1), example_loss_fn=zero)
     after = torch.cat([p.detach().reshape(-1) for p in params])
     noise = (before - after).numpy().astype(np.float64) * batch  # the step divides by the batch
     expected = sigma * clip
@@ -128,7 +130,9 @@ def test_reported_epsilon_is_cumulative_and_reaches_target(tmp_path: Path) -> No
     eps = [x["epsilon"] for x in lines]
     assert all(a < b for a, b in zip(eps, eps[1:], strict=False))
     assert 1.9 < eps[-1] <= 2.0
-    assert json.loads(summary.read_text())["privacy"] == {"epsilon": eps[-1], "delta": 1e-5}
+    privacy = json.loads(summary.read_text())["privacy"]
+    assert {k: privacy[k] for k in ("epsilon", "delta")} == {"epsilon": eps[-1], "delta": 1e-5}
+    assert any(s.startswith("num-examples") for s in privacy["not_covered"])
     # equals one accountant over every step of the client that took part in every round
     n = TinyBertCls().num_examples(0, 2, CommonConfig(seed=0))
     hist = json.loads(str(grid.contexts[1000].state.config_records["dp.accountant"]["history"]))

@@ -9,6 +9,11 @@ exactly those tensors. For Fed-SB the PEFT ``lora_A`` of each layer is replaced 
 
 Per-client memory in ``context.state``: Fed-SB's frame (``fed-sb.frame``) and, in private mode, the
 privacy accountant (``dp.accountant``), which lives across rounds.
+
+In private mode (``dp.enabled``) a reply carries the released arrays, ``epsilon``, ``delta``,
+``noise_multiplier`` and ``num-examples`` (the row count, treated as public as in Opacus), and
+nothing else computed from the training rows; which rows a step uses and the noise come from the
+node's secret randomness (:func:`bouquet.privacy.dp.secret_generator`), never the run seed.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
-from bouquet.privacy.dp_config import DPConfig
+from bouquet.privacy.dp_config import DP_SEED_KEY, DPConfig
 from bouquet.strategies import lora as L
 from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.classification import generator
@@ -189,25 +194,25 @@ class LoraClient(ClientProcedure):
         cfg: L.LoraConfig = env.section("lora")
         steps = env.task.num_steps(common, local.num_train)
         dp: DPConfig | None = env.sections.get("dp")
-        private = dp is not None and dp.enabled
-        metrics: dict[str, Any] = {}
-        sigma = 0.0
-        accountant = None
-        if private:
-            assert dp is not None
-            accountant, sigma, q = self._accountant(context, env, dp, local.num_train)
-            accountant.check(sigma, q, steps, dp.delta, _budget(dp),
-                             who=f"partition {env.partition_id}")
-        stats = _train(am, env, local, steps=steps, optimizer=cfg.optimizer, rnd=rnd,
-                       dp=dp if private else None, sigma=sigma)
-        if private:
-            assert dp is not None and accountant is not None
-            accountant.record(sigma, _rate(common.batch_size, local.num_train), steps)
-            metrics.update(epsilon=accountant.epsilon(dp.delta), delta=dp.delta,
-                           noise_multiplier=sigma)
-        metrics.update({"train_loss": stats["train_loss"], "num-examples": local.num_train})
-        if not np.isfinite(metrics["train_loss"]):
-            metrics.pop("train_loss")
+        if dp is None or not dp.enabled:
+            stats = _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd)
+            metrics: dict[str, Any] = {"num-examples": local.num_train}
+            if np.isfinite(stats["train_loss"]):
+                metrics["train_loss"] = stats["train_loss"]
+            return RecordDict({"arrays": to_record(am.arrays()), "metrics": MetricRecord(metrics)})
+        # Private: the reply holds the released arrays and what the accountant says about them,
+        # nothing else computed from the training rows (no training loss).
+        from bouquet.privacy.accountant import dp_events
+
+        accountant, sigma = self._accountant(context, env, dp, local.num_train)
+        q, count = dp_events(dp.sampling, common.batch_size, local.num_train, steps)
+        accountant.check(sigma, q, count, dp.delta, _budget(dp),
+                         who=f"partition {env.partition_id}")
+        _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd, dp=dp,
+               sigma=sigma)
+        accountant.record(sigma, q, count)
+        metrics = {"epsilon": accountant.epsilon(dp.delta), "delta": dp.delta,
+                   "noise_multiplier": sigma, "num-examples": local.num_train}
         return RecordDict({"arrays": to_record(am.arrays()), "metrics": MetricRecord(metrics)})
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
@@ -237,25 +242,30 @@ class LoraClient(ClientProcedure):
         for p in params:
             p.requires_grad_(True)
         local = env.local_data()
-        gen = generator(env.common.seed, rnd, env.partition_id, 0x5B)
         dp: DPConfig | None = env.sections.get("dp")
         metrics: dict[str, Any] = {}
         model.train()
         if dp is not None and dp.enabled:
-            from bouquet.privacy.dp import poisson_batches, private_gradient_sum
+            from bouquet.privacy.dp import (example_losses_of, poisson_batches,
+                                            private_gradient_sum, secret_generator)
 
-            accountant, sigma, q = self._accountant(context, env, dp, local.num_train)
+            accountant, sigma = self._accountant(context, env, dp, local.num_train)
+            q = _rate(env.common.batch_size, local.num_train)
             accountant.check(sigma, q, 1, dp.delta, _budget(dp),
                              who=f"partition {env.partition_id}")
-            idx = next(poisson_batches(local.num_train, env.common.batch_size, gen))
+            seed = _dp_seed(context)
+            idx = next(poisson_batches(local.num_train, env.common.batch_size,
+                                       secret_generator(seed, env.partition_id, rnd, 0x5B)))
             grads = private_gradient_sum(
-                model, params, env.task.loss, local.x_train[idx], local.y_train[idx],
-                max_grad_norm=dp.max_grad_norm, noise_multiplier=sigma,
-                noise_generator=generator(env.common.seed, rnd, env.partition_id, 0xD9))
+                model, params, example_losses_of(env.task), local.x_train[idx],
+                local.y_train[idx], max_grad_norm=dp.max_grad_norm, noise_multiplier=sigma,
+                noise_generator=secret_generator(seed, env.partition_id, rnd, 0xD9))
             accountant.record(sigma, q, 1)
             metrics.update(epsilon=accountant.epsilon(dp.delta), delta=dp.delta)
-            used = int(len(idx))
+            # the row count, not the size of the secret Poisson batch (which is not noised)
+            used = local.num_train
         else:
+            gen = generator(env.common.seed, rnd, env.partition_id, 0x5B)
             k = min(sb.init_samples, local.num_train)
             idx = torch.randperm(local.num_train, generator=gen)[:k]
             bs = env.common.batch_size
@@ -271,14 +281,19 @@ class LoraClient(ClientProcedure):
 
     # ------------------------------------------------------------------ privacy
     def _accountant(self, context: Context, env: ClientEnv, dp: DPConfig, n: int
-                    ) -> tuple[Any, float, float]:
-        """Return the persistent accountant, the run's noise multiplier and the sample rate."""
-        from bouquet.privacy.accountant import ClientAccountant, noise_for
+                    ) -> tuple[Any, float]:
+        """Return the persistent accountant and the run's noise multiplier.
 
-        q = _rate(env.common.batch_size, n)
+        Target-epsilon mode calibrates sigma for a client in every round: ``rounds x`` this
+        round's events at their rate, plus Fed-SB's init release counted as one more such event
+        (its Poisson rate is at most that rate, so this over-counts, never under-counts).
+        """
+        from bouquet.privacy.accountant import ClientAccountant, dp_events, noise_for
+
         steps = env.task.num_steps(env.common, n)
-        total = env.common.num_server_rounds * steps + self._extra_steps(env)
-        return ClientAccountant(NodeState(context, "dp")), noise_for(dp, q, total), q
+        q, count = dp_events(dp.sampling, env.common.batch_size, n, steps)
+        total = env.common.num_server_rounds * count + self._extra_steps(env)
+        return ClientAccountant(NodeState(context, "dp")), noise_for(dp, q, total)
 
     def _extra_steps(self, env: ClientEnv) -> int:
         """DP steps beyond training: Fed-SB's private init gradient."""
@@ -297,16 +312,32 @@ def _budget(dp: DPConfig) -> float:
     return budget_of(dp)
 
 
-def _train(am: AdaptedModel, env: ClientEnv, local: Any, *, steps: int, optimizer: str, rnd: int,
-           dp: DPConfig | None, sigma: float) -> dict[str, float]:
-    from bouquet.privacy.dp import local_train
+def _dp_seed(context: Context) -> int | None:
+    """The node's own ``dp-seed`` (node config, never sent), or None (fresh OS entropy)."""
+    raw = context.node_config.get(DP_SEED_KEY)
+    return None if raw is None or raw == "" else int(raw)  # type: ignore[arg-type]
+
+
+def _train(am: AdaptedModel, env: ClientEnv, local: Any, context: Context, *, steps: int,
+           optimizer: str, rnd: int, dp: DPConfig | None = None, sigma: float = 0.0
+           ) -> dict[str, float]:
+    """Local steps; in private mode rows and noise come from the node's secret randomness."""
+    from bouquet.privacy.dp import example_losses_of, local_train, secret_generator
 
     seed, pid = env.common.seed, env.partition_id
+    if dp is None:
+        return local_train(am.model, list(am.params.values()), env.task.loss, local.x_train,
+                           local.y_train, steps=steps, batch_size=env.common.batch_size,
+                           lr=env.common.lr, optimizer=optimizer,
+                           generator=generator(seed, rnd, pid))
+    node_seed = _dp_seed(context)
     return local_train(am.model, list(am.params.values()), env.task.loss, local.x_train,
                        local.y_train, steps=steps, batch_size=env.common.batch_size,
-                       lr=env.common.lr, optimizer=optimizer, generator=generator(seed, rnd, pid),
-                       dp=dp, noise_multiplier=sigma,
-                       noise_generator=generator(seed, rnd, pid, 0xD9) if dp else None)
+                       lr=env.common.lr, optimizer=optimizer,
+                       generator=secret_generator(node_seed, pid, rnd, 0x5A), dp=dp,
+                       noise_multiplier=sigma,
+                       noise_generator=secret_generator(node_seed, pid, rnd, 0xD9),
+                       example_loss_fn=example_losses_of(env.task))
 
 
 class FedITClient(LoraClient):
