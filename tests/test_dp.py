@@ -145,3 +145,67 @@ def test_client_refuses_beyond_its_budget(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (summary.parent / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["errors"] == 2 and lines[0]["clients"] == 0
     assert "refusing to train" in lines[0]["failures"][0]["reason"]
+
+
+#: What a private LoRA reply may carry: the release and what the accountant says about it.
+COVERED_METRICS = {"epsilon", "delta", "noise_multiplier", "num-examples"}
+
+
+@pytest.mark.parametrize("method", ["ffa-lora", "fed-sb"])
+def test_private_replies_carry_nothing_outside_the_accountant(method: str, tmp_path: Path) -> None:
+    cfg = {"method": method, "task": "tiny-bert-cls", "results-dir": str(tmp_path),
+           "run-name": "r", "num-server-rounds": 2, "local-steps": 3, "batch-size": 8,
+           "lora.rank": 2, "lr": 0.01, "dp.enabled": True, "dp.noise-multiplier": 1.0}
+    grid = LocalGrid(2, cfg)
+    seen: list[RecordDict] = []
+    for pid in range(2):
+        grid.corrupt[pid] = lambda c: seen.append(c) or c  # type: ignore[func-returns-value]
+    summary = execute(grid, grid.run_config)
+    train = [c for c in seen if "epsilon" in c["metrics"]]  # type: ignore[operator]
+    assert len(train) >= 4
+    for c in train:
+        assert set(c["metrics"]) <= COVERED_METRICS, set(c["metrics"]) - COVERED_METRICS  # type: ignore[arg-type]
+        n = TinyBertCls().num_examples(0, 2, CommonConfig())
+        assert c["metrics"]["num-examples"] in {n, TinyBertCls().num_examples(1, 2, CommonConfig())}  # type: ignore[index]
+    lines = [json.loads(x) for x in (summary.parent / "metrics.jsonl").read_text().splitlines()]
+    assert not any("train_loss" in x for x in lines)
+
+
+def test_server_ignores_a_training_loss_in_a_private_reply(tmp_path: Path) -> None:
+    grid, _ = _dp_run(tmp_path, "warm", 1)
+    for pid in range(2):
+        def add_loss(c: RecordDict) -> RecordDict:
+            if "arrays" in c:
+                c["metrics"]["train_loss"] = 0.123  # type: ignore[index]
+            return c
+        grid.corrupt[pid] = add_loss
+    summary = execute(grid, {**grid.run_config, "run-name": "leak"})
+    lines = [json.loads(x) for x in (summary.parent / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["clients"] == 2 and "train_loss" not in lines[0]
+
+
+def _released(tmp_path: Path, name: str, node_seed: int | None) -> np.ndarray:
+    """The arrays partition 0 sends in round 1 of a private run (seed 0 for every run)."""
+    grid = LocalGrid(1, {"method": "ffa-lora", "task": "tiny-bert-cls", "results-dir": str(tmp_path),
+                         "run-name": name, "num-server-rounds": 1, "local-steps": 2,
+                         "batch-size": 8, "lora.rank": 2, "lr": 0.01, "dp.enabled": True,
+                         "seed": 0})
+    ctx = grid.contexts[1000]
+    ctx.node_config.pop("dp-seed", None)
+    if node_seed is not None:
+        ctx.node_config["dp-seed"] = node_seed
+    seen: list[RecordDict] = []
+    grid.corrupt[0] = lambda c: seen.append(c) or c  # type: ignore[func-returns-value]
+    execute(grid, grid.run_config)
+    from bouquet.strategies.model import to_numpy
+
+    arrays = to_numpy(next(c for c in seen if "arrays" in c)["arrays"])  # type: ignore[arg-type]
+    return np.concatenate([a.reshape(-1) for a in arrays.values()])
+
+
+def test_dp_randomness_is_not_a_function_of_the_run_seed(tmp_path: Path) -> None:
+    """The server knows the run seed: with it, seeded noise and rows could be replayed."""
+    a, b = _released(tmp_path, "a", None), _released(tmp_path, "b", None)
+    assert not np.allclose(a, b)
+    c, d = _released(tmp_path, "c", 77), _released(tmp_path, "d", 77)  # the node's own seed
+    np.testing.assert_array_equal(c, d)
