@@ -246,8 +246,12 @@ class LoraClient(ClientProcedure):
         metrics: dict[str, Any] = {}
         model.train()
         if dp is not None and dp.enabled:
-            from bouquet.privacy.dp import (example_losses_of, poisson_batches,
-                                            private_gradient_sum, secret_generator)
+            from bouquet.privacy.dp import (
+                example_losses_of,
+                poisson_batches,
+                private_gradient_sum,
+                secret_generator,
+            )
 
             accountant, sigma = self._accountant(context, env, dp, local.num_train)
             q = _rate(env.common.batch_size, local.num_train)

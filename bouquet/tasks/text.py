@@ -187,8 +187,10 @@ class TextClassificationTask(ClassificationTask):
         return out.logits  # type: ignore[no-any-return]
 
     def example_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy of each example, ``(B,)`` (the padding columns cut by :meth:`logits` are
-        masked out of every row's attention, so row i's loss depends on row i alone)."""
+        """Cross-entropy of each example, ``(B,)``: row i's depends on row i alone.
+
+        The padding columns that :meth:`logits` cuts are masked out of every row's attention.
+        """
         return nn.functional.cross_entropy(self.logits(model, x), y, reduction="none")
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
