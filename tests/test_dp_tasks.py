@@ -172,3 +172,16 @@ def test_example_losses_must_be_per_example() -> None:
     with pytest.raises(ValueError, match="one loss per example"):
         mean_of_examples(task.loss)(task.build_model(), *[torch.zeros((2, 4), dtype=torch.long),
                                                           torch.zeros(2, dtype=torch.long)])
+
+
+def test_gsm_non_private_loss_is_still_the_batch_token_mean() -> None:
+    task, target, short, _ = CASES["gsm-smollm"]()
+    model = task.build_model()
+    x = torch.stack([r[0] for r in [target, *short]])
+    y = torch.stack([r[1] for r in [target, *short]])
+    logits = model(input_ids=x, attention_mask=(x != 0).long()).logits[:, :-1]
+    want = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[:, 1:].reshape(-1),
+                                       ignore_index=-100)
+    assert float(task.loss(model, x, y)) == pytest.approx(float(want), rel=1e-5)
+    per = task.example_losses(model, x, y)
+    assert per.shape == (3,) and not torch.isclose(per.mean(), want)
