@@ -209,3 +209,21 @@ def test_dp_randomness_is_not_a_function_of_the_run_seed(tmp_path: Path) -> None
     assert not np.allclose(a, b)
     c, d = _released(tmp_path, "c", 77), _released(tmp_path, "d", 77)  # the node's own seed
     np.testing.assert_array_equal(c, d)
+
+
+def test_client_refuses_a_delta_of_one_over_n_or_more(tmp_path: Path) -> None:
+    _, summary = _dp_run(tmp_path, "d", 1, **{"dp.delta": 0.01})  # ~1000 rows per client
+    line = json.loads((summary.parent / "metrics.jsonl").read_text().splitlines()[0])
+    assert line["errors"] == 2 and line["clients"] == 0
+    assert "dp.delta 0.01 must be in (0, 1/n)" in line["failures"][0]["reason"]
+
+
+def test_auto_evaluation_of_a_private_run_never_falls_back_to_federated(tmp_path: Path) -> None:
+    from bouquet.apps.config import resolve
+    from bouquet.apps.runner import evaluation_mode
+
+    cfg = {"method": "ffa-lora", "task": "tiny-bert-cls", "results-dir": str(tmp_path)}
+    assert evaluation_mode(resolve(cfg), None) == "federated"
+    assert evaluation_mode(resolve({**cfg, "dp.enabled": True}), None) == "none"
+    assert evaluation_mode(resolve({**cfg, "dp.enabled": True, "evaluation": "federated"}),
+                           None) == "federated"

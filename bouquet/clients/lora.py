@@ -292,8 +292,9 @@ class LoraClient(ClientProcedure):
         round's events at their rate, plus Fed-SB's init release counted as one more such event
         (its Poisson rate is at most that rate, so this over-counts, never under-counts).
         """
-        from bouquet.privacy.accountant import ClientAccountant, dp_events, noise_for
+        from bouquet.privacy.accountant import ClientAccountant, check_delta, dp_events, noise_for
 
+        check_delta(dp.delta, n, who=f"partition {env.partition_id}")
         steps = env.task.num_steps(env.common, n)
         q, count = dp_events(dp.sampling, env.common.batch_size, n, steps)
         total = env.common.num_server_rounds * count + self._extra_steps(env)

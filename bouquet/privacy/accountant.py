@@ -31,6 +31,15 @@ class PrivacyBudgetExceeded(RuntimeError):
     """A client refuses to train because the round would take it beyond its budget."""
 
 
+def check_delta(delta: float, n: int, who: str = "client") -> None:
+    """Refuse ``delta >= 1 / n``: such a delta allows releasing one of the n rows in the clear."""
+    if not 0.0 < delta < 1.0 / max(n, 1):
+        raise PrivacyBudgetExceeded(
+            f"{who}: refusing to train: dp.delta {delta:g} must be in (0, 1/n) = (0, "
+            f"{1.0 / max(n, 1):.3g}) for the {n} local training rows"
+        )
+
+
 class ClientAccountant:
     """Cumulative RDP accounting for one client, persisted in a :class:`NodeState`.
 

@@ -297,6 +297,8 @@ class LoraStrategy(BouquetStrategy):
                                                   or dp.noise_multiplier > 0):
             raise ValueError("dp.enabled needs dp.noise-multiplier > 0 or dp.target-epsilon > 0 "
                              "(without noise epsilon is infinite)")
+        if dp is not None and dp.enabled and not 0.0 < dp.delta < 1.0:
+            raise ValueError(f"dp.enabled needs 0 < dp.delta < 1 (got {dp.delta:g})")
         self.base = to_numpy(setup.initial_arrays)
         shapes = {k: tuple(a.shape) for k, a in self.base.items()}
         self.adapted = adapted_modules(shapes, split_names(self.cfg.target_modules))
