@@ -227,3 +227,22 @@ def test_auto_evaluation_of_a_private_run_never_falls_back_to_federated(tmp_path
     assert evaluation_mode(resolve({**cfg, "dp.enabled": True}), None) == "none"
     assert evaluation_mode(resolve({**cfg, "dp.enabled": True, "evaluation": "federated"}),
                            None) == "federated"
+
+
+def test_node_budget_holds_whatever_the_run_config_says(tmp_path: Path) -> None:
+    """The run config is the server's; a node's own dp-max-epsilon is enforced regardless."""
+    cfg = {"method": "ffa-lora", "task": "tiny-bert-cls", "results-dir": str(tmp_path),
+           "run-name": "nodp", "num-server-rounds": 1, "local-steps": 2, "batch-size": 8,
+           "lora.rank": 2, "lr": 0.01}
+    grid = LocalGrid(2, cfg)
+    grid.contexts[1000].node_config["dp-max-epsilon"] = 1.0
+    line = json.loads((execute(grid, grid.run_config).parent / "metrics.jsonl")
+                      .read_text().splitlines()[0])
+    assert line["errors"] == 1 and line["clients"] == 1
+    assert "requires DP-SGD" in line["failures"][0]["reason"]
+    grid = LocalGrid(2, {**cfg, "run-name": "weak", "dp.enabled": True,
+                         "dp.noise-multiplier": 0.5})
+    grid.contexts[1001].node_config["dp-max-epsilon"] = 0.5
+    line = json.loads((execute(grid, grid.run_config).parent / "metrics.jsonl")
+                      .read_text().splitlines()[0])
+    assert line["errors"] == 1 and "above the budget 0.5" in line["failures"][0]["reason"]

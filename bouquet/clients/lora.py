@@ -27,7 +27,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
-from bouquet.privacy.dp_config import DP_SEED_KEY, DPConfig
+from bouquet.privacy.dp_config import DP_MAX_EPSILON_KEY, DP_SEED_KEY, DPConfig
 from bouquet.strategies import lora as L
 from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.classification import generator
@@ -186,6 +186,7 @@ class LoraClient(ClientProcedure):
         """Local training (or Fed-SB's init gradient when ``phase`` asks for it)."""
         config = message_config(msg)
         rnd = int(config["server-round"])  # type: ignore[arg-type]
+        _require_dp(context, env)
         if config.get("phase", L.PHASE_TRAIN) == L.PHASE_INIT:
             return self.init_gradient(msg, context, env, rnd)
         am = self.adapted_model(msg, context, env)
@@ -206,7 +207,7 @@ class LoraClient(ClientProcedure):
 
         accountant, sigma = self._accountant(context, env, dp, local.num_train)
         q, count = dp_events(dp.sampling, common.batch_size, local.num_train, steps)
-        accountant.check(sigma, q, count, dp.delta, _budget(dp),
+        accountant.check(sigma, q, count, dp.delta, _budget(dp, context),
                          who=f"partition {env.partition_id}")
         _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd, dp=dp,
                sigma=sigma)
@@ -255,7 +256,7 @@ class LoraClient(ClientProcedure):
 
             accountant, sigma = self._accountant(context, env, dp, local.num_train)
             q = _rate(env.common.batch_size, local.num_train)
-            accountant.check(sigma, q, 1, dp.delta, _budget(dp),
+            accountant.check(sigma, q, 1, dp.delta, _budget(dp, context),
                              who=f"partition {env.partition_id}")
             seed = _dp_seed(context)
             idx = next(poisson_batches(local.num_train, env.common.batch_size,
@@ -311,10 +312,31 @@ def _rate(batch_size: int, n: int) -> float:
     return min(1.0, batch_size / max(n, 1))
 
 
-def _budget(dp: DPConfig) -> float:
+def _node_budget(context: Context) -> float | None:
+    """The node's own ``dp-max-epsilon`` (node config), or None when the node sets none."""
+    raw = context.node_config.get(DP_MAX_EPSILON_KEY)
+    return None if raw is None or raw == "" else float(raw)  # type: ignore[arg-type]
+
+
+def _require_dp(context: Context, env: ClientEnv) -> None:
+    """A node with its own budget never touches its rows without DP, whatever the run says."""
+    from bouquet.privacy.accountant import PrivacyBudgetExceeded
+
+    node = _node_budget(context)
+    dp: DPConfig | None = env.sections.get("dp")
+    if node is not None and (dp is None or not dp.enabled):
+        raise PrivacyBudgetExceeded(
+            f"partition {env.partition_id}: refusing to train: this node requires DP-SGD "
+            f"(node config {DP_MAX_EPSILON_KEY}={node:g}) but the run has dp.enabled=false"
+        )
+
+
+def _budget(dp: DPConfig, context: Context) -> float:
+    """The tighter of the run's budget and the node's own ``dp-max-epsilon`` (0: none)."""
     from bouquet.privacy.accountant import budget_of
 
-    return budget_of(dp)
+    budgets = [b for b in (budget_of(dp), _node_budget(context)) if b is not None and b > 0]
+    return min(budgets) if budgets else 0.0
 
 
 def _dp_seed(context: Context) -> int | None:

@@ -13,6 +13,9 @@ from bouquet.schema import key
 #: Node-config key (``flower-supernode --node-config "dp-seed=..."``) seeding a node's DP
 #: randomness for reproducible simulations. Never sent; unset on a real node (OS entropy).
 DP_SEED_KEY = "dp-seed"
+#: Node-config key: the node's own epsilon budget. The run config is the server's word, so a node
+#: that sets this refuses to train without DP-SGD, or beyond this epsilon, whatever the run says.
+DP_MAX_EPSILON_KEY = "dp-max-epsilon"
 
 
 @dataclasses.dataclass(frozen=True)
