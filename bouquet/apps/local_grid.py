@@ -15,12 +15,14 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.apps.client_app import app as client_app
 from bouquet.apps.config import all_keys
+from bouquet.privacy.dp_config import DP_SEED_KEY
 
 #: Each grid is a new "flwr run": its contexts get a run id no other grid in this process has.
 
@@ -53,9 +55,17 @@ class LocalGrid(Grid):
         self.sent: list[Message] = []
 
     def fresh_context(self, partition_id: int) -> Context:
-        """A node's context as a newly started SuperNode has it (empty ``state``)."""
+        """A node's context as a newly started SuperNode has it (empty ``state``).
+
+        In-process nodes get a ``dp-seed`` derived from the run seed, so that private
+        simulations are reproducible (one party plays every role here); a real node leaves it
+        unset and draws its DP randomness from OS entropy (docs/privacy.md).
+        """
+        node_seed = np.random.SeedSequence([int(self.run_config.get("seed", 0)), partition_id,
+                                            0xD5]).generate_state(1, dtype=np.uint64)[0] >> 1
         return Context(self.run_id, 1000 + partition_id,
-                       {"partition-id": partition_id, "num-partitions": self.num_nodes},
+                       {"partition-id": partition_id, "num-partitions": self.num_nodes,
+                        DP_SEED_KEY: int(node_seed)},
                        RecordDict(), dict(self.run_config))
 
     def restart(self, partition_id: int) -> None:

@@ -94,6 +94,13 @@ def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
     if mode == "auto":
         if can_central:
             return "central"
+        dp = cfg.sections.get("dp")
+        if dp is not None and dp.enabled:
+            # nodes' metrics on their held-out rows are not covered by epsilon: opt in only
+            print("[bouquet] evaluation: none (DP-SGD run and no central evaluation; "
+                  "evaluation='federated' sends metrics of the nodes' held-out rows, which "
+                  "epsilon does not cover)", flush=True)
+            return "none"
         return "federated" if task is None or not has_model else "none"
     return mode
 

@@ -9,6 +9,11 @@ exactly those tensors. For Fed-SB the PEFT ``lora_A`` of each layer is replaced 
 
 Per-client memory in ``context.state``: Fed-SB's frame (``fed-sb.frame``) and, in private mode, the
 privacy accountant (``dp.accountant``), which lives across rounds.
+
+In private mode (``dp.enabled``) a reply carries the released arrays, ``epsilon``, ``delta``,
+``noise_multiplier`` and ``num-examples`` (the row count, treated as public as in Opacus), and
+nothing else computed from the training rows; which rows a step uses and the noise come from the
+node's secret randomness (:func:`bouquet.privacy.dp.secret_generator`), never the run seed.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
-from bouquet.privacy.dp_config import DPConfig
+from bouquet.privacy.dp_config import DP_MAX_EPSILON_KEY, DP_SEED_KEY, DPConfig
 from bouquet.strategies import lora as L
 from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.classification import generator
@@ -181,6 +186,7 @@ class LoraClient(ClientProcedure):
         """Local training (or Fed-SB's init gradient when ``phase`` asks for it)."""
         config = message_config(msg)
         rnd = int(config["server-round"])  # type: ignore[arg-type]
+        _require_dp(context, env)
         if config.get("phase", L.PHASE_TRAIN) == L.PHASE_INIT:
             return self.init_gradient(msg, context, env, rnd)
         am = self.adapted_model(msg, context, env)
@@ -189,25 +195,25 @@ class LoraClient(ClientProcedure):
         cfg: L.LoraConfig = env.section("lora")
         steps = env.task.num_steps(common, local.num_train)
         dp: DPConfig | None = env.sections.get("dp")
-        private = dp is not None and dp.enabled
-        metrics: dict[str, Any] = {}
-        sigma = 0.0
-        accountant = None
-        if private:
-            assert dp is not None
-            accountant, sigma, q = self._accountant(context, env, dp, local.num_train)
-            accountant.check(sigma, q, steps, dp.delta, _budget(dp),
-                             who=f"partition {env.partition_id}")
-        stats = _train(am, env, local, steps=steps, optimizer=cfg.optimizer, rnd=rnd,
-                       dp=dp if private else None, sigma=sigma)
-        if private:
-            assert dp is not None and accountant is not None
-            accountant.record(sigma, _rate(common.batch_size, local.num_train), steps)
-            metrics.update(epsilon=accountant.epsilon(dp.delta), delta=dp.delta,
-                           noise_multiplier=sigma)
-        metrics.update({"train_loss": stats["train_loss"], "num-examples": local.num_train})
-        if not np.isfinite(metrics["train_loss"]):
-            metrics.pop("train_loss")
+        if dp is None or not dp.enabled:
+            stats = _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd)
+            metrics: dict[str, Any] = {"num-examples": local.num_train}
+            if np.isfinite(stats["train_loss"]):
+                metrics["train_loss"] = stats["train_loss"]
+            return RecordDict({"arrays": to_record(am.arrays()), "metrics": MetricRecord(metrics)})
+        # Private: the reply holds the released arrays and what the accountant says about them,
+        # nothing else computed from the training rows (no training loss).
+        from bouquet.privacy.accountant import dp_events
+
+        accountant, sigma = self._accountant(context, env, dp, local.num_train)
+        q, count = dp_events(dp.sampling, common.batch_size, local.num_train, steps)
+        accountant.check(sigma, q, count, dp.delta, _budget(dp, context),
+                         who=f"partition {env.partition_id}")
+        _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd, dp=dp,
+               sigma=sigma)
+        accountant.record(sigma, q, count)
+        metrics = {"epsilon": accountant.epsilon(dp.delta), "delta": dp.delta,
+                   "noise_multiplier": sigma, "num-examples": local.num_train}
         return RecordDict({"arrays": to_record(am.arrays()), "metrics": MetricRecord(metrics)})
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
@@ -237,25 +243,34 @@ class LoraClient(ClientProcedure):
         for p in params:
             p.requires_grad_(True)
         local = env.local_data()
-        gen = generator(env.common.seed, rnd, env.partition_id, 0x5B)
         dp: DPConfig | None = env.sections.get("dp")
         metrics: dict[str, Any] = {}
         model.train()
         if dp is not None and dp.enabled:
-            from bouquet.privacy.dp import poisson_batches, private_gradient_sum
+            from bouquet.privacy.dp import (
+                example_losses_of,
+                poisson_batches,
+                private_gradient_sum,
+                secret_generator,
+            )
 
-            accountant, sigma, q = self._accountant(context, env, dp, local.num_train)
-            accountant.check(sigma, q, 1, dp.delta, _budget(dp),
+            accountant, sigma = self._accountant(context, env, dp, local.num_train)
+            q = _rate(env.common.batch_size, local.num_train)
+            accountant.check(sigma, q, 1, dp.delta, _budget(dp, context),
                              who=f"partition {env.partition_id}")
-            idx = next(poisson_batches(local.num_train, env.common.batch_size, gen))
+            seed = _dp_seed(context)
+            idx = next(poisson_batches(local.num_train, env.common.batch_size,
+                                       secret_generator(seed, env.partition_id, rnd, 0x5B)))
             grads = private_gradient_sum(
-                model, params, env.task.loss, local.x_train[idx], local.y_train[idx],
-                max_grad_norm=dp.max_grad_norm, noise_multiplier=sigma,
-                noise_generator=generator(env.common.seed, rnd, env.partition_id, 0xD9))
+                model, params, example_losses_of(env.task), local.x_train[idx],
+                local.y_train[idx], max_grad_norm=dp.max_grad_norm, noise_multiplier=sigma,
+                noise_generator=secret_generator(seed, env.partition_id, rnd, 0xD9))
             accountant.record(sigma, q, 1)
             metrics.update(epsilon=accountant.epsilon(dp.delta), delta=dp.delta)
-            used = int(len(idx))
+            # the row count, not the size of the secret Poisson batch (which is not noised)
+            used = local.num_train
         else:
+            gen = generator(env.common.seed, rnd, env.partition_id, 0x5B)
             k = min(sb.init_samples, local.num_train)
             idx = torch.randperm(local.num_train, generator=gen)[:k]
             bs = env.common.batch_size
@@ -271,14 +286,20 @@ class LoraClient(ClientProcedure):
 
     # ------------------------------------------------------------------ privacy
     def _accountant(self, context: Context, env: ClientEnv, dp: DPConfig, n: int
-                    ) -> tuple[Any, float, float]:
-        """Return the persistent accountant, the run's noise multiplier and the sample rate."""
-        from bouquet.privacy.accountant import ClientAccountant, noise_for
+                    ) -> tuple[Any, float]:
+        """Return the persistent accountant and the run's noise multiplier.
 
-        q = _rate(env.common.batch_size, n)
+        Target-epsilon mode calibrates sigma for a client in every round: ``rounds x`` this
+        round's events at their rate, plus Fed-SB's init release counted as one more such event
+        (its Poisson rate is at most that rate, so this over-counts, never under-counts).
+        """
+        from bouquet.privacy.accountant import ClientAccountant, check_delta, dp_events, noise_for
+
+        check_delta(dp.delta, n, who=f"partition {env.partition_id}")
         steps = env.task.num_steps(env.common, n)
-        total = env.common.num_server_rounds * steps + self._extra_steps(env)
-        return ClientAccountant(NodeState(context, "dp")), noise_for(dp, q, total), q
+        q, count = dp_events(dp.sampling, env.common.batch_size, n, steps)
+        total = env.common.num_server_rounds * count + self._extra_steps(env)
+        return ClientAccountant(NodeState(context, "dp")), noise_for(dp, q, total)
 
     def _extra_steps(self, env: ClientEnv) -> int:
         """DP steps beyond training: Fed-SB's private init gradient."""
@@ -291,22 +312,59 @@ def _rate(batch_size: int, n: int) -> float:
     return min(1.0, batch_size / max(n, 1))
 
 
-def _budget(dp: DPConfig) -> float:
+def _node_budget(context: Context) -> float | None:
+    """The node's own ``dp-max-epsilon`` (node config), or None when the node sets none."""
+    raw = context.node_config.get(DP_MAX_EPSILON_KEY)
+    return None if raw is None or raw == "" else float(raw)  # type: ignore[arg-type]
+
+
+def _require_dp(context: Context, env: ClientEnv) -> None:
+    """A node with its own budget never touches its rows without DP, whatever the run says."""
+    from bouquet.privacy.accountant import PrivacyBudgetExceeded
+
+    node = _node_budget(context)
+    dp: DPConfig | None = env.sections.get("dp")
+    if node is not None and (dp is None or not dp.enabled):
+        raise PrivacyBudgetExceeded(
+            f"partition {env.partition_id}: refusing to train: this node requires DP-SGD "
+            f"(node config {DP_MAX_EPSILON_KEY}={node:g}) but the run has dp.enabled=false"
+        )
+
+
+def _budget(dp: DPConfig, context: Context) -> float:
+    """The tighter of the run's budget and the node's own ``dp-max-epsilon`` (0: none)."""
     from bouquet.privacy.accountant import budget_of
 
-    return budget_of(dp)
+    budgets = [b for b in (budget_of(dp), _node_budget(context)) if b is not None and b > 0]
+    return min(budgets) if budgets else 0.0
 
 
-def _train(am: AdaptedModel, env: ClientEnv, local: Any, *, steps: int, optimizer: str, rnd: int,
-           dp: DPConfig | None, sigma: float) -> dict[str, float]:
-    from bouquet.privacy.dp import local_train
+def _dp_seed(context: Context) -> int | None:
+    """The node's own ``dp-seed`` (node config, never sent), or None (fresh OS entropy)."""
+    raw = context.node_config.get(DP_SEED_KEY)
+    return None if raw is None or raw == "" else int(raw)  # type: ignore[arg-type]
+
+
+def _train(am: AdaptedModel, env: ClientEnv, local: Any, context: Context, *, steps: int,
+           optimizer: str, rnd: int, dp: DPConfig | None = None, sigma: float = 0.0
+           ) -> dict[str, float]:
+    """Local steps; in private mode rows and noise come from the node's secret randomness."""
+    from bouquet.privacy.dp import example_losses_of, local_train, secret_generator
 
     seed, pid = env.common.seed, env.partition_id
+    if dp is None:
+        return local_train(am.model, list(am.params.values()), env.task.loss, local.x_train,
+                           local.y_train, steps=steps, batch_size=env.common.batch_size,
+                           lr=env.common.lr, optimizer=optimizer,
+                           generator=generator(seed, rnd, pid))
+    node_seed = _dp_seed(context)
     return local_train(am.model, list(am.params.values()), env.task.loss, local.x_train,
                        local.y_train, steps=steps, batch_size=env.common.batch_size,
-                       lr=env.common.lr, optimizer=optimizer, generator=generator(seed, rnd, pid),
-                       dp=dp, noise_multiplier=sigma,
-                       noise_generator=generator(seed, rnd, pid, 0xD9) if dp else None)
+                       lr=env.common.lr, optimizer=optimizer,
+                       generator=secret_generator(node_seed, pid, rnd, 0x5A), dp=dp,
+                       noise_multiplier=sigma,
+                       noise_generator=secret_generator(node_seed, pid, rnd, 0xD9),
+                       example_loss_fn=example_losses_of(env.task))
 
 
 class FedITClient(LoraClient):

@@ -6,11 +6,16 @@ RDP accountant history (``[(noise_multiplier, sample_rate, steps), ...]``) as JS
 ``context.state`` (``NodeState(context, "dp")``) and reports the cumulative epsilon of everything
 this client has released. Reference: Mironov, "Renyi Differential Privacy", CSF 2017; Opacus
 (Yousefpour et al., 2021).
+
+What one history entry stands for depends on how the rows of a step are chosen
+(:func:`dp_events`): a Poisson-subsampled Gaussian per step, or, for fixed-size shuffled batches
+(which the subsampled analysis does not cover), one full Gaussian per epoch touched.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from opacus.accountants import RDPAccountant
@@ -24,6 +29,15 @@ STATE_NAME = "accountant"
 
 class PrivacyBudgetExceeded(RuntimeError):
     """A client refuses to train because the round would take it beyond its budget."""
+
+
+def check_delta(delta: float, n: int, who: str = "client") -> None:
+    """Refuse ``delta >= 1 / n``: such a delta allows releasing one of the n rows in the clear."""
+    if not 0.0 < delta < 1.0 / max(n, 1):
+        raise PrivacyBudgetExceeded(
+            f"{who}: refusing to train: dp.delta {delta:g} must be in (0, 1/n) = (0, "
+            f"{1.0 / max(n, 1):.3g}) for the {n} local training rows"
+        )
 
 
 class ClientAccountant:
@@ -90,6 +104,37 @@ class ClientAccountant:
         self.history = self.with_steps(noise_multiplier, sample_rate, steps)
         if self.state is not None:
             self.state.set_values(STATE_NAME, {"history": json.dumps(self.history)})
+
+
+def dp_events(sampling: str, batch_size: int, n: int, steps: int) -> tuple[float, int]:
+    """``(sample_rate, count)`` that the RDP accountant records for ``steps`` DP-SGD steps.
+
+    Adjacency is zero-out (one example replaced by one that contributes nothing), which for
+    Poisson sampling is the add/remove adjacency Opacus' accountant assumes.
+
+    * ``poisson``: each row joins a step independently with probability ``q = B / n``: ``steps``
+      Poisson-subsampled Gaussian mechanisms at rate q.
+    * ``shuffle``: batches of ``B`` rows of a fresh permutation per epoch (restarting each round).
+      Every example is in exactly one batch per epoch and the subsampling amplification does not
+      apply, so each epoch that the steps touch counts as one Gaussian mechanism on the full
+      data (rate 1): ``ceil(steps / ceil(n / B))`` of them.
+
+    Parameters
+    ----------
+    sampling : str
+        ``dp.sampling``.
+    batch_size, n, steps : int
+        Batch size B, local training rows n, steps this round.
+
+    """
+    if steps <= 0:
+        return 1.0, 0
+    if sampling == "shuffle":
+        per_epoch = max(1, math.ceil(max(n, 1) / batch_size))
+        return 1.0, math.ceil(steps / per_epoch)
+    if sampling != "poisson":
+        raise ValueError(f"unknown dp.sampling {sampling!r}")
+    return min(1.0, batch_size / max(n, 1)), steps
 
 
 def calibrate_noise(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:

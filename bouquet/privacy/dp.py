@@ -8,11 +8,23 @@ step (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016). With `
 they give the same update (a test checks it). :func:`private_gradient_sum` releases one clipped,
 noised sum of per-sample gradients (Fed-SB's initialisation step in private mode).
 
+The clipping bound C holds for one example only if that example's per-sample gradient depends
+on it alone, so the private path never differentiates a batch loss that the caller chose: it takes
+the task's per-example losses (``task.example_losses(model, x, y)``, shape ``(B,)``) and averages
+them itself (:func:`mean_of_examples`). A token mean over a whole batch (a causal LM's usual loss)
+would weight each example by the other examples' lengths.
+
+The randomness of the mechanism (which rows a step uses, and the noise) must be unknown to
+whoever sees the release: :func:`secret_generator` draws it from OS entropy, or from the node's
+own ``dp-seed`` (node config, never sent) for reproducible simulations; never from the run seed,
+which the server knows.
+
 Accounting lives in :mod:`bouquet.privacy.accountant`; this module only runs the mechanism.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -21,6 +33,53 @@ import torch
 from torch import nn
 
 LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``fn(model, x, y)`` -> the loss of every example, shape ``(len(x),)``.
+ExampleLossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def mean_of_examples(example_losses: ExampleLossFn) -> LossFn:
+    """The batch loss DP-SGD differentiates: the mean of the per-example losses.
+
+    With Opacus' ``loss_reduction="mean"`` the per-sample gradient of row i is then the gradient
+    of row i's own loss. The shape is checked, so a batch-reduced loss cannot slip in.
+    """
+    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = example_losses(model, x, y)
+        if tuple(out.shape) != (len(x),):
+            raise ValueError(f"example_losses must return one loss per example, shape "
+                             f"({len(x)},); got {tuple(out.shape)}")
+        return out.mean()
+
+    return loss
+
+
+def example_losses_of(task: Any) -> ExampleLossFn:
+    """The task's ``example_losses``; a clear error for a task that has none (no DP-SGD)."""
+    fn = getattr(task, "example_losses", None)
+    if not callable(fn):
+        raise ValueError(
+            f"task {getattr(task, 'name', task)!r} defines no example_losses(model, x, y) "
+            "(one loss per example): DP-SGD cannot bound one example's contribution without it"
+        )
+    return fn  # type: ignore[no-any-return]
+
+
+def secret_generator(node_seed: int | None, *parts: int) -> torch.Generator:
+    """Randomness of the DP mechanism: OS entropy, or the node's own seed (simulations).
+
+    Parameters
+    ----------
+    node_seed : int or None
+        The node's ``dp-seed`` (node config, never sent to the server). None: fresh entropy
+        from :mod:`secrets`, so nobody (the server included) can reproduce the draw.
+    *parts : int
+        Further seed parts (round, purpose) when ``node_seed`` is given.
+
+    """
+    if node_seed is None:
+        return torch.Generator().manual_seed(secrets.randbits(63))
+    ss = np.random.SeedSequence([int(node_seed), *parts])
+    return torch.Generator().manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> 1))
 
 
 def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -60,6 +119,7 @@ def local_train(
     dp: Any | None = None,
     noise_multiplier: float = 0.0,
     noise_generator: torch.Generator | None = None,
+    example_loss_fn: ExampleLossFn | None = None,
 ) -> dict[str, float]:
     """Run ``steps`` local steps on ``(x, y)`` updating ``params``; DP-SGD when ``dp`` is given.
 
@@ -70,7 +130,7 @@ def local_train(
     params : sequence of nn.Parameter
         The trainable tensors.
     loss_fn : callable
-        ``loss_fn(model, x, y)`` -> mean loss of the batch.
+        ``loss_fn(model, x, y)`` -> mean loss of the batch (non-private path).
     x, y : torch.Tensor
         Local training rows.
     steps, batch_size, lr, optimizer : int, int, float, str
@@ -82,12 +142,16 @@ def local_train(
     noise_multiplier : float
         sigma (the run's, from :func:`bouquet.privacy.accountant.noise_for`).
     noise_generator : torch.Generator or None
-        Drives the Gaussian noise (seeded for reproducible simulations).
+        Drives the Gaussian noise (:func:`secret_generator`).
+    example_loss_fn : callable or None
+        Required with ``dp``: ``fn(model, x, y)`` -> per-example losses ``(B,)``; the private
+        path differentiates their mean (:func:`mean_of_examples`), never ``loss_fn``.
 
     Returns
     -------
     dict
-        ``train_loss`` (mean over non-empty steps) and ``steps``.
+        ``steps``; without DP also ``train_loss`` (mean over the steps). A private run returns
+        nothing computed from the data outside the mechanism.
 
     """
     n = len(y)
@@ -101,10 +165,13 @@ def local_train(
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 
+        if example_loss_fn is None:
+            raise ValueError("DP-SGD needs example_loss_fn (one loss per example)")
+        loss_fn = mean_of_examples(example_loss_fn)
         net = GradSampleModule(model, batch_first=True, loss_reduction="mean")
         opt = DPOptimizer(opt, noise_multiplier=noise_multiplier,
                           max_grad_norm=dp.max_grad_norm, expected_batch_size=batch_size,
-                          loss_reduction="mean", generator=noise_generator)
+                          loss_reduction="mean", generator=noise_generator, secure_mode=True)
     model.train()
     losses: list[float] = []
     try:
@@ -117,11 +184,14 @@ def local_train(
             else:
                 loss = loss_fn(net, x[idx], y[idx])
                 loss.backward()
-                losses.append(float(loss.detach()))
+                if dp is None:
+                    losses.append(float(loss.detach()))
             opt.step()
     finally:
         if net is not model:
             net._close()  # type: ignore[operator]
+    if dp is not None:
+        return {"steps": float(steps)}
     return {"train_loss": float(np.mean(losses)) if losses else float("nan"),
             "steps": float(steps)}
 
@@ -129,7 +199,7 @@ def local_train(
 def private_gradient_sum(
     model: nn.Module,
     params: Sequence[torch.Tensor],
-    loss_fn: LossFn,
+    example_loss_fn: ExampleLossFn,
     x: torch.Tensor,
     y: torch.Tensor,
     *,
@@ -137,21 +207,24 @@ def private_gradient_sum(
     noise_multiplier: float,
     noise_generator: torch.Generator | None = None,
 ) -> list[torch.Tensor]:
-    """One Gaussian-mechanism release: ``sum_i clip_C(grad_i) + N(0, (sigma C)^2)`` per tensor."""
+    """One Gaussian-mechanism release: ``sum_i clip_C(grad_i) + N(0, (sigma C)^2)`` per tensor.
+
+    ``grad_i`` is the gradient of row i's own loss (``example_loss_fn``, per-example losses).
+    """
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
 
     net = GradSampleModule(model, batch_first=True, loss_reduction="mean")
     opt = DPOptimizer(torch.optim.SGD(list(params), lr=0.0), noise_multiplier=noise_multiplier,
                       max_grad_norm=max_grad_norm, expected_batch_size=1,
-                      loss_reduction="mean", generator=noise_generator)
+                      loss_reduction="mean", generator=noise_generator, secure_mode=True)
     try:
         opt.zero_grad(set_to_none=True)
         if len(y) == 0:
             for p in params:
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
         else:
-            loss_fn(net, x, y).backward()
+            mean_of_examples(example_loss_fn)(net, x, y).backward()
         opt.pre_step()  # clip, sum, add noise, divide by expected_batch_size (1)
         return [p.grad.detach().clone() for p in params]  # type: ignore[union-attr]
     finally:

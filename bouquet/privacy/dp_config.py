@@ -10,6 +10,13 @@ import dataclasses
 
 from bouquet.schema import key
 
+#: Node-config key (``flower-supernode --node-config "dp-seed=..."``) seeding a node's DP
+#: randomness for reproducible simulations. Never sent; unset on a real node (OS entropy).
+DP_SEED_KEY = "dp-seed"
+#: Node-config key: the node's own epsilon budget. The run config is the server's word, so a node
+#: that sets this refuses to train without DP-SGD, or beyond this epsilon, whatever the run says.
+DP_MAX_EPSILON_KEY = "dp-max-epsilon"
+
 
 @dataclasses.dataclass(frozen=True)
 class DPConfig:
@@ -36,8 +43,8 @@ class DPConfig:
     )
     sampling: str = key(
         "poisson",
-        "poisson: each example joins a step with probability batch-size/n (what the accountant "
-        "assumes); shuffle: fixed-size shuffled batches (accounted with the same rate, as "
-        "Opacus does without Poisson sampling)",
+        "poisson: each example joins a step with probability batch-size/n (accounted as a "
+        "subsampled Gaussian); shuffle: fixed-size batches of a permutation (no subsampling "
+        "amplification: accounted as one full Gaussian per epoch)",
         choices=("poisson", "shuffle"),
     )

@@ -52,6 +52,12 @@ GRADS_RECORD = "grads"
 #: Config key naming the frame a message expects the client to hold.
 FRAME_ID_KEY = "fed-sb.frame-id"
 VARIANTS = ("fedit", "ffa", "fedsb")
+#: What a private run reports or uses that its epsilon does not cover (summary.json names it).
+NOT_COVERED = (
+    "num-examples: each client's number of training rows (treated as public, as in Opacus)",
+    "federated evaluation metrics (evaluation='federated'): computed on the nodes' held-out "
+    "rows, which DP-SGD does not protect",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,6 +297,8 @@ class LoraStrategy(BouquetStrategy):
                                                   or dp.noise_multiplier > 0):
             raise ValueError("dp.enabled needs dp.noise-multiplier > 0 or dp.target-epsilon > 0 "
                              "(without noise epsilon is infinite)")
+        if dp is not None and dp.enabled and not 0.0 < dp.delta < 1.0:
+            raise ValueError(f"dp.enabled needs 0 < dp.delta < 1 (got {dp.delta:g})")
         self.base = to_numpy(setup.initial_arrays)
         shapes = {k: tuple(a.shape) for k, a in self.base.items()}
         self.adapted = adapted_modules(shapes, split_names(self.cfg.target_modules))
@@ -481,11 +489,26 @@ class LoraStrategy(BouquetStrategy):
         }
         if self.variant == "fedsb":
             self.has_frame |= {r.partition_id for r in replies}
+        if self.private:  # a private reply's loss would be data outside the accountant: unused
+            return metrics
         losses = [(wi, v.metric(r.content, "train_loss")) for wi, r in zip(w, replies, strict=True)
                   if "train_loss" in r.content["metrics"]]  # type: ignore[operator]
         if losses:
             metrics["train_loss"] = float(sum(wi * x for wi, x in losses) / sum(wi for wi, _ in losses))
         return metrics
+
+    def summary_extras(self) -> dict[str, dict[str, Any]]:
+        """In private mode, what ``privacy.epsilon`` covers and what it does not."""
+        if not self.private:
+            return {}
+        assert self.dp is not None
+        return {"privacy": {
+            "epsilon": max(self.epsilon.values(), default=0.0),
+            "delta": float(self.dp.delta),
+            "mechanism": f"DP-SGD per client ({self.dp.sampling} sampling, clip "
+                         f"{self.dp.max_grad_norm:g}), epsilon: max over clients",
+            "not_covered": list(NOT_COVERED),
+        }}
 
     # ------------------------------------------------------------------ evaluation
     def global_arrays(self) -> ArrayRecord:

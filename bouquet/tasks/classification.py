@@ -124,9 +124,13 @@ class ClassificationTask(MiniBatches):
         return model
 
     # --------------------------------------------------------------- training
+    def example_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of each example, ``(B,)``: example i's depends on row i alone (DP-SGD)."""
+        return nn.functional.cross_entropy(model(x), y, reduction="none")
+
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of a batch."""
-        return nn.functional.cross_entropy(model(x), y)
+        return self.example_losses(model, x, y).mean()
 
     def train(
         self,

@@ -20,7 +20,8 @@ after ``####``, else the last number) the generator's checker accepts.
 
 API (also used by FedKSeed): ``build_model()`` (a fresh copy of the weights held in memory),
 ``partition(pid, n, common)`` -> :class:`LMData`, ``num_examples``, ``loss(model, x, y)`` (mean
-token cross-entropy), ``evaluate_model(model, prompts, index)`` and ``evaluate(arrays)``,
+token cross-entropy of the batch), ``example_losses(model, x, y)`` (each example's own token mean:
+what DP-SGD clips), ``evaluate_model(model, prompts, index)`` and ``evaluate(arrays)``,
 ``initial_arrays(seed)``, ``lora_targets`` and ``head_modules`` (empty: no head).
 """
 
@@ -240,15 +241,40 @@ class GsmSmolLM(MiniBatches):
         return self.partition(partition_id, num_partitions, common).num_train
 
     # --------------------------------------------------------------- loss / evaluation
-    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy over the rationale tokens of a batch."""
+    def token_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy of every predicted token ``(B, T)`` and the rationale mask ``(B, T)``.
+
+        Sequences are right-padded and the model is causal, so cutting the columns that are
+        padding in every row changes no row's logits.
+        """
         mask = x != self.pad_id
         width = max(int(mask.sum(1).max()), 2) if len(x) else 2
         out = model(input_ids=x[:, :width], attention_mask=mask[:, :width].long())
         logits = out.logits[:, :-1].float()
         target = y[:, 1:width]
-        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                           target.reshape(-1), ignore_index=-100)
+        tok = nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100,
+                                          reduction="none")
+        return tok, target != -100
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy over the rationale tokens of a batch (non-private training).
+
+        A token mean couples the examples of a batch (each one's weight is 1 / all tokens of
+        the batch), so DP-SGD uses :meth:`example_losses` instead.
+        """
+        tok, keep = self.token_losses(model, x, y)
+        return (tok * keep).sum() / keep.sum().clamp(min=1)
+
+    def example_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each example's mean cross-entropy over its own rationale tokens, ``(B,)``.
+
+        Normalised within the example, so example i's loss (and per-sample gradient) depends on
+        row i alone, whatever its batch companions: what DP-SGD's clipping bound needs. An
+        example whose rationale was truncated away has loss 0.
+        """
+        tok, keep = self.token_losses(model, x, y)
+        return (tok * keep).sum(1) / keep.sum(1).clamp(min=1)
 
     @torch.no_grad()
     def generate(self, model: nn.Module, prompts: torch.Tensor, batch_size: int = 16) -> list[str]:

@@ -26,6 +26,7 @@ API shared by both (and by any method that needs a pretrained text model, e.g. F
   attention mask is ``x != pad_id``) and ``y_*`` int64 labels;
   ``task.num_examples(pid, n, common)``.
 * ``task.logits(model, x)``, ``task.loss(model, x, y)`` (mean cross-entropy),
+  ``task.example_losses(model, x, y)`` (one cross-entropy per row, what DP-SGD clips),
   ``task.evaluate_model(model, x, y)`` -> ``{"accuracy", "loss"}``, ``task.evaluate(arrays)``
   (central evaluation of a full ``state_dict`` on the first ``eval_size`` held-out rows).
 * ``task.head_modules`` names the head (it is trained and travels in the LoRA methods);
@@ -185,9 +186,16 @@ class TextClassificationTask(ClassificationTask):
         out = model(input_ids=x[:, :width], attention_mask=mask[:, :width].long())
         return out.logits  # type: ignore[no-any-return]
 
+    def example_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of each example, ``(B,)``: row i's depends on row i alone.
+
+        The padding columns that :meth:`logits` cuts are masked out of every row's attention.
+        """
+        return nn.functional.cross_entropy(self.logits(model, x), y, reduction="none")
+
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of a batch."""
-        return nn.functional.cross_entropy(self.logits(model, x), y)
+        return self.example_losses(model, x, y).mean()
 
     @torch.no_grad()
     def evaluate_model(
