@@ -23,11 +23,13 @@ from bouquet.strategies.base import (
     INIT_ACTION,
     BouquetStrategy,
     NotEnoughNodes,
+    RoundLog,
     StrategySetup,
     exchange,
 )
 from bouquet.strategies.checkpoint import load_checkpoint, save_checkpoint
 from bouquet.strategies.model import to_numpy, to_record
+from bouquet.strategies.node_errors import NodeErrors
 
 CHECKPOINT_DIR = "checkpoint"
 
@@ -52,33 +54,54 @@ def run_dir_for(cfg: RunConfig) -> Path:
 
 def load_server_task(cfg: RunConfig) -> Any | None:
     """The task object if this server can import it (None without the task's packages)."""
+    spec = get_task(cfg.task_name)
     try:
-        return get_task(cfg.task_name).load()
+        task = spec.load()
+        if hasattr(task, "require"):  # packaged data/model files
+            task.require()
+        return task
     except ImportError as exc:
-        say(f"task {cfg.task_name!r} not importable on the server ({exc.name}); "
-            "initial model comes from a node and evaluation is federated")
+        say(f"task {cfg.task_name!r} not usable on the server ({exc}); the initial model comes "
+            "from a node and evaluation is federated (for central evaluation: pip install "
+            f'"flwr-bouquet[{spec.extra or cfg.method.extra}]")')
         return None
 
 
 def initial_arrays(cfg: RunConfig, task: Any | None, grid: Grid) -> ArrayRecord | None:
-    """The task's initial model: built here when possible, otherwise asked from a node."""
+    """The task's initial model: built here when possible, otherwise asked from a node.
+
+    Nodes are asked one at a time until one answers; a node whose task has no model answers
+    without ``arrays`` (then None). Every failed answer is logged with its node; when no node
+    answers before ``sample-deadline``, :class:`NotEnoughNodes` quotes the most common error.
+    """
     if task is not None:
         if not hasattr(task, "initial_arrays"):
             return None
         return to_record(task.initial_arrays(cfg.common.seed))
+    query = "initial-arrays query"
+    errors = NodeErrors()
+    asked: list[int] = []
     deadline = time.monotonic() + cfg.common.sample_deadline
     while time.monotonic() < deadline:
-        nodes = sorted(grid.get_node_ids())
-        if nodes:
+        for node in [n for n in sorted(grid.get_node_ids()) if n not in asked]:
+            asked.append(node)
             msg = Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
-                          dst_node_id=nodes[0], message_type=MessageType.QUERY)
-            replies, _ = exchange(grid, {nodes[0]: msg}, timeout=cfg.common.round_timeout)
-            reply = replies.get(nodes[0])
-            if reply is not None and not reply.has_error() and "arrays" in reply.content:
-                return reply.content["arrays"]  # type: ignore[return-value]
-            return None
+                          dst_node_id=node, message_type=MessageType.QUERY)
+            replies, _ = exchange(grid, {node: msg}, timeout=cfg.common.round_timeout)
+            reply = replies.get(node)
+            if reply is None:
+                errors.note(node, query, "no answer within round-timeout")
+            elif reply.has_error():
+                errors.note(node, query, reply.error.reason)
+            else:
+                arrays = reply.content.get("arrays") if "arrays" in reply.content else None
+                return arrays if isinstance(arrays, ArrayRecord) else None
         time.sleep(1.0)
-    raise RuntimeError("no node came online to provide the initial model")
+    why = errors.headline(asked)
+    raise NotEnoughNodes(
+        f"no node provided the initial model within sample-deadline "
+        f"({cfg.common.sample_deadline:g}s)" + (f"; {why}" if why else "; no node came online"),
+        errors.failures(asked))
 
 
 def holds_model(cfg: RunConfig) -> bool:
@@ -120,6 +143,13 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrateg
     return strategy
 
 
+def merge_failures(rlog: RoundLog, other: RoundLog) -> None:
+    """Add another phase's failed replies (federated evaluation) to the round's log."""
+    for kind in ("errors", "rejected", "missing"):
+        setattr(rlog, kind, getattr(rlog, kind) + getattr(other, kind))
+    rlog.failures += other.failures
+
+
 def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, headline: list[str],
                            cfg: RunConfig, run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
     """Write ``summary.json`` of the rounds done, with a ``stopped`` entry, and say how to resume.
@@ -131,7 +161,8 @@ def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, hea
     hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
             f"\"resume-from='{run_dir}'\")")
     extras = dict(strategy.summary_extras())
-    extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint}
+    extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint,
+                         "failures": exc.failures}
     path = writer.finish(headline, extras, cfg.common.target_accuracy)
     say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
         f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
@@ -171,6 +202,7 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
             if mode == "federated":
                 elog = strategy.evaluate_round(grid, rnd)
                 eval_metrics = dict(elog.metrics)
+                merge_failures(rlog, elog)
                 rlog.up_bytes += elog.up_bytes
                 rlog.down_bytes += elog.down_bytes
         except NotEnoughNodes as exc:

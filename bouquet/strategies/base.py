@@ -33,6 +33,7 @@ from flwr.serverapp.strategy import Strategy
 
 from bouquet.schema import CommonConfig
 from bouquet.strategies.accounting import content_bytes
+from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.validation import InvalidReply
 
 log = logging.getLogger("bouquet")
@@ -44,7 +45,15 @@ INIT_ACTION = "bouquet.initial-arrays"
 
 
 class NotEnoughNodes(RuntimeError):
-    """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``."""
+    """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``.
+
+    ``failures`` lists ``{"node_id", "reason"}`` of the online nodes whose queries failed (the
+    message quotes the most common reason).
+    """
+
+    def __init__(self, message: str, failures: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.failures = list(failures or [])
 
 
 @dataclasses.dataclass
@@ -99,15 +108,17 @@ class RoundLog:
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def fail(self, kind: str, node_id: int, partition_id: int, reason: str) -> None:
-        """Record one failed reply (kind: rejected, error or missing)."""
+    def fail(self, kind: str, node_id: int, partition_id: int, reason: str, *,
+             logged: bool = False) -> None:
+        """Record one failed reply (kind: rejected, error or missing); ``logged``: already logged."""
         setattr(self, kind, getattr(self, kind) + 1)
         short = short_reason(reason)
         self.failures.append(
             {"kind": kind, "node_id": node_id, "partition_id": partition_id, "reason": short}
         )
-        log.warning("round %d: %s reply from node %d (partition %d): %s",
-                    self.round, kind, node_id, partition_id, short)
+        if not logged:
+            log.warning("round %d: %s reply from node %d (partition %d): %s",
+                        self.round, kind, node_id, partition_id, short)
 
 
 class BouquetStrategy(Strategy):
@@ -132,6 +143,8 @@ class BouquetStrategy(Strategy):
         #: partition-id -> number of local training examples reported at hello.
         self.sizes: dict[int, int] = {}
         self.round_offset = 0
+        #: Errors nodes answered to hello queries, until a round's log records them.
+        self.node_errors = NodeErrors()
 
     # ------------------------------------------------------------------ method hooks
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
@@ -211,10 +224,13 @@ class BouquetStrategy(Strategy):
             if len(by_pid) >= self.common.min_train_nodes:
                 return by_pid
             if time.monotonic() >= deadline:
+                unusable = [n for n in online if n not in self.partitions]
+                why = self.node_errors.headline(online)
                 raise NotEnoughNodes(
                     f"only {len(by_pid)} node(s) online after waiting "
                     f"{self.common.sample_deadline:g}s; min-train-nodes is "
-                    f"{self.common.min_train_nodes}"
+                    f"{self.common.min_train_nodes}" + (f"; {why}" if why else ""),
+                    self.node_errors.failures(unusable),
                 )
             if not waited:
                 log.info("waiting for %d node(s) (have %d)", self.common.min_train_nodes,
@@ -232,7 +248,8 @@ class BouquetStrategy(Strategy):
             )
             for n in node_ids
         }
-        replies, _ = exchange(grid, msgs, timeout=self.common.round_timeout)
+        replies, missing = exchange(grid, msgs, timeout=self.common.round_timeout)
+        self._note_hello_failures(replies, missing)
         for n, reply in replies.items():
             if reply.has_error() or "info" not in reply.content:
                 continue
@@ -242,7 +259,25 @@ class BouquetStrategy(Strategy):
                 self.partitions[n] = pid
                 self.sizes[pid] = int(info.get("num-examples", 0))  # type: ignore[arg-type]
             except (KeyError, TypeError, ValueError):
-                log.warning("node %d answered hello without a partition-id", n)
+                self.node_errors.note(n, "hello query", "answered without a partition-id")
+
+    def _note_hello_failures(self, replies: Mapping[int, Message], missing: list[int]) -> None:
+        """Keep each node's hello error (error reply, no ``info``, no answer); forget answered ones."""
+        for n in missing:
+            self.node_errors.note(n, "hello query", "no answer within round-timeout "
+                                  f"({self.common.round_timeout:g}s)")
+        for n, reply in replies.items():
+            if reply.has_error():
+                self.node_errors.note(n, "hello query", reply.error.reason)
+            elif "info" not in reply.content:
+                self.node_errors.note(n, "hello query", "answered without an info record")
+            else:
+                self.node_errors.clear(n)
+
+    def report_query_errors(self, rlog: RoundLog) -> None:
+        """Put the hello errors no round has recorded yet into ``rlog`` (kind ``errors``)."""
+        for n, text in self.node_errors.take_unreported().items():
+            rlog.fail("errors", n, self.partitions.get(n, -1), text, logged=True)
 
     # ------------------------------------------------------------------ one round
     def train_round(self, grid: Grid, rnd: int) -> RoundLog:
@@ -264,6 +299,7 @@ class BouquetStrategy(Strategy):
     ) -> RoundLog:
         """Send ``contents`` (by partition) and collect, validate and (optionally) aggregate."""
         rlog = RoundLog(round=rnd, sampled=sorted(contents))
+        self.report_query_errors(rlog)
         node_of = {pid: by_pid[pid] for pid in contents}
         down = {pid: content_bytes(c) for pid, c in contents.items()}
         msgs = {
@@ -340,6 +376,8 @@ class BouquetStrategy(Strategy):
         for r in replies:
             pid = self.partitions.get(r.metadata.src_node_id, -1)
             if r.has_error():
+                log.warning("round %d: error reply from node %d (partition %d): %s", server_round,
+                            r.metadata.src_node_id, pid, short_reason(r.error.reason or ""))
                 continue
             try:
                 self.validate_reply(server_round, pid, r.content)
