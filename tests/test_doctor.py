@@ -68,3 +68,15 @@ def test_overview_and_unknown_method(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["doctor"]) == 0
     assert "packages of flwr-bouquet[lora]" in capsys.readouterr().out
     assert main(["doctor", "no-such-method"]) == 2
+
+
+def test_simulation_without_ray_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    assert main(["run", "fedavg", "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert 'pip install "flwr-bouquet[simulation]"' in err and "--engine inprocess" in err

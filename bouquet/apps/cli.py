@@ -83,6 +83,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = LocalGrid(args.clients, cfg)
         summary = execute(grid, grid.run_config)
     else:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            print('bouquet: the simulation engine needs Ray: pip install "flwr-bouquet[simulation]"'
+                  " (or run with --engine inprocess)", file=sys.stderr)
+            return 2
         from bouquet.apps.simulation import run_simulation
 
         summary = run_simulation(cfg, args.clients)
