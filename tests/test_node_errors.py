@@ -50,6 +50,14 @@ def test_flower_error_reasons_read_as_exception_and_message() -> None:
     assert error_text("<class 'flwr.common.SomeError'>:<'boom'>") == "SomeError: boom"
     assert error_text("plain text") == "plain text"
 
+    # a real reason from Flower's Ray backend (simulation), captured with flwr 1.42 / ray
+    ray = ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'\x1b[36mray::A.run()\x1b[39m "
+           "(pid=18984, ip=192.0.2.2)\n\nThe above exception was the direct cause of the following "
+           "exception:\n\n  File \"<stdin>\", line 10, in run\nflwr.clientapp.client_app."
+           "ClientAppException: \nException ClientAppException occurred. Message: rt-minilm needs X "
+           "(x==1), which is not installed: pip install x==1'>")
+    assert error_text(ray) == "rt-minilm needs X (x==1), which is not installed: pip install x==1"
+
 
 def test_all_nodes_failing_hello_stop_with_their_error(tmp_path: Path) -> None:
     grid = grid_for(tmp_path, 3, failing_app({1000, 1001, 1002}, action_is(HELLO_ACTION)),

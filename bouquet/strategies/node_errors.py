@@ -19,22 +19,29 @@ from typing import Any
 log = logging.getLogger("bouquet")
 
 #: Flower's text for an exception raised in a ClientApp: ``<class 'ImportError'>:<'message'>``.
-_FLOWER_REASON = re.compile(r"^<class '(?:[\w.]+\.)?(\w+)'>:<'(.*)'>$", re.DOTALL)
+_FLOWER_REASON = re.compile(r"^<class '([^']+)'>:<'(.*)'>$", re.DOTALL)
+#: How Flower's Ray backend wraps the ClientApp's message (``ClientAppException``).
+_RAY_MESSAGE = "occurred. Message: "
 
 
 def error_text(reason: str, limit: int = 400) -> str:
     """The readable part of an error reply's reason (``"ImportError: message"``).
 
-    Flower wraps a ClientApp's exception as ``<class 'X'>:<'message'>``; a Ray traceback ends
-    with the exception. Both come out as ``X: message``, cut to ``limit`` characters.
+    Flower wraps a ClientApp's exception as ``<class 'X'>:<'message'>``; in simulation ``X`` is
+    Ray's ``RayTaskError(ClientAppException)`` and the message a traceback whose end holds the
+    original text. Both come out as the exception's name (when known) and its message, cut to
+    ``limit`` characters.
     """
     from bouquet.strategies.base import short_reason  # the one ANSI/traceback trimmer
 
     text = reason.strip()
     m = _FLOWER_REASON.match(text)
-    if m:
-        text = f"{m.group(1)}: {m.group(2)}"
-    return short_reason(text, limit)
+    if not m:
+        return short_reason(text, limit)
+    cls, body = m.group(1).rsplit(".", 1)[-1], m.group(2)
+    if _RAY_MESSAGE in body:  # Ray: the original message follows the last wrapper line
+        return short_reason(body.rsplit(_RAY_MESSAGE, 1)[1], limit)
+    return short_reason(f"{cls}: {body}", limit)
 
 
 @dataclasses.dataclass
