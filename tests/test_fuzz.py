@@ -123,12 +123,13 @@ def test_hostile_hello_is_refused_and_named(name: str, tmp_path: Path) -> None:
         by_pid = strategy.discover(grid)
         assert 1000 + ROGUE not in by_pid.values(), case.name
         assert len(by_pid) == NUM_NODES - 1, (case.name, by_pid)
-        assert [f["kind"] for f in strategy.discovery_failures] == ["hello"], case.name
-        assert strategy.discovery_failures[0]["node_id"] == 1000 + ROGUE
+        assert list(strategy.node_errors.latest) == [1000 + ROGUE], case.name
+        assert "refused" in strategy.node_errors.latest[1000 + ROGUE][1], case.name
     # the run goes on, and the refusal is reported in the round's failures
     rlog = strategy.train_round(grid, 1)
     assert rlog.clients == NUM_NODES - 1
-    assert any(f["kind"] == "hello" and f["node_id"] == 1000 + ROGUE for f in rlog.failures)
+    assert any(f["kind"] == "errors" and f["node_id"] == 1000 + ROGUE
+               and "hello query: answer refused" in f["reason"] for f in rlog.failures)
 
 
 def test_a_restarted_node_takes_over_its_partition_once_the_old_one_is_gone(
@@ -138,7 +139,7 @@ def test_a_restarted_node_takes_over_its_partition_once_the_old_one_is_gone(
     ctx = grid.contexts.pop(1000 + ROGUE)
     grid.contexts[2000] = ctx  # same partition, new node id (a SuperNode restarted)
     by_pid = strategy.discover(grid)
-    assert by_pid[ROGUE] == 2000 and strategy.discovery_failures == []
+    assert by_pid[ROGUE] == 2000 and strategy.node_errors.latest == {}
 
 
 def test_a_huge_declared_size_is_clipped(tmp_path: Path) -> None:

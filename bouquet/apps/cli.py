@@ -1,4 +1,4 @@
-"""The ``bouquet`` command line: list, run, deploy-local, report, bench."""
+"""The ``bouquet`` command line: list, run, deploy-local, report, bench, doctor."""
 
 from __future__ import annotations
 
@@ -83,6 +83,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = LocalGrid(args.clients, cfg)
         summary = execute(grid, grid.run_config)
     else:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            print('bouquet: the simulation engine needs Ray: pip install "flwr-bouquet[simulation]"'
+                  " (or run with --engine inprocess)", file=sys.stderr)
+            return 2
         from bouquet.apps.simulation import run_simulation
 
         summary = run_simulation(cfg, args.clients)
@@ -140,6 +146,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check that this machine has what a method and its task need (see bouquet/apps/doctor.py)."""
+    from bouquet.apps.doctor import run
+
+    return run(args.method, args.task, args.server)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to generate docs)."""
     p = argparse.ArgumentParser(prog="bouquet", description="Federated methods for Flower.")
@@ -187,6 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--only", action="append", help="run only configurations whose name "
                    "contains this (repeatable)")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("doctor", help="check that a method's and task's packages, data and model "
+                       "load here; print what is missing and how to install it")
+    s.add_argument("method", nargs="?", help="method name (without: every extra's packages)")
+    s.add_argument("--task", help="task name (default: the method's default task)")
+    s.add_argument("--server", action="store_true",
+                   help="check as a server (no task packages needed) instead of a node")
+    s.set_defaults(func=cmd_doctor)
     return p
 
 

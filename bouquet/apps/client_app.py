@@ -40,7 +40,10 @@ def _resolve(items: tuple[tuple[str, Any], ...]) -> RunConfig:
 
 @lru_cache(maxsize=8)
 def _task(name: str) -> Any:
-    return get_task(name).load()
+    task = get_task(name).load()
+    if hasattr(task, "require"):  # packaged data/model files: one line with the pip command
+        task.require()
+    return task
 
 
 @lru_cache(maxsize=32)
@@ -162,6 +165,8 @@ def query(msg: Message, context: Context) -> Message:
                              "num-partitions": env.num_partitions, "num-examples": int(size)})
         return Message(RecordDict({"info": info}), reply_to=msg)
     if action == INIT_ACTION:
+        if not hasattr(env.task, "initial_arrays"):  # a task without a model (bandits)
+            return Message(RecordDict(), reply_to=msg)
         arrays = env.task.initial_arrays(cfg.common.seed)
         return Message(RecordDict({"arrays": to_record(arrays)}), reply_to=msg)
     _check_method(msg, cfg)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
@@ -114,8 +115,10 @@ class LocalGrid(Grid):
                 if not is_query and pid in self.fail:
                     raise RuntimeError("injected client failure")
                 reply = self.app(m, self.contexts[node])
-            except Exception as exc:  # what Flower turns into an error reply
-                reply = Message(Error(code=2, reason=repr(exc)), reply_to=m)
+            except Exception as exc:  # what Flower turns into an error reply, in its words
+                reason = str(type(exc)) + ":<'" + str(exc) + "'>"
+                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
+                                reply_to=m)
             if not is_query and pid in self.corrupt and not reply.has_error():
                 reply = Message(self.corrupt[pid](reply.content), reply_to=m)
             special = (self.corrupt_query if is_query

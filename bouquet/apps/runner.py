@@ -22,6 +22,7 @@ from bouquet.apps.results import ResultsWriter, default_results_dir
 from bouquet.strategies.base import (
     BouquetStrategy,
     NotEnoughNodes,
+    RoundLog,
     StrategySetup,
     initial_arrays_from_nodes,
 )
@@ -51,16 +52,26 @@ def run_dir_for(cfg: RunConfig) -> Path:
 
 def load_server_task(cfg: RunConfig) -> Any | None:
     """The task object if this server can import it (None without the task's packages)."""
+    spec = get_task(cfg.task_name)
     try:
-        return get_task(cfg.task_name).load()
+        task = spec.load()
+        if hasattr(task, "require"):  # packaged data/model files
+            task.require()
+        return task
     except ImportError as exc:
-        say(f"task {cfg.task_name!r} not importable on the server ({exc.name}); "
-            "initial model comes from a node and evaluation is federated")
+        say(f"task {cfg.task_name!r} not usable on the server ({exc}); the initial model comes "
+            "from a node and evaluation is federated (for central evaluation: pip install "
+            f'"flwr-bouquet[{spec.extra or cfg.method.extra}]")')
         return None
 
 
 def initial_arrays(cfg: RunConfig, task: Any | None, grid: Grid) -> ArrayRecord | None:
-    """The task's initial model: built here when possible, otherwise asked from a node."""
+    """The task's initial model: built here when possible, otherwise asked from a node.
+
+    Nodes are asked one at a time until one answers; a node whose task has no model answers
+    without ``arrays`` (then None). Every failed answer is logged with its node; when no node
+    answers before ``sample-deadline``, :class:`NotEnoughNodes` quotes the most common error.
+    """
     if task is not None:
         if not hasattr(task, "initial_arrays"):
             return None
@@ -115,6 +126,13 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrateg
     return strategy
 
 
+def merge_failures(rlog: RoundLog, other: RoundLog) -> None:
+    """Add another phase's failed replies (federated evaluation) to the round's log."""
+    for kind in ("errors", "rejected", "missing"):
+        setattr(rlog, kind, getattr(rlog, kind) + getattr(other, kind))
+    rlog.failures += [{**f, "phase": "evaluate"} for f in other.failures]
+
+
 def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, headline: list[str],
                            cfg: RunConfig, run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
     """Write ``summary.json`` of the rounds done, with a ``stopped`` entry, and say how to resume.
@@ -126,7 +144,8 @@ def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, hea
     hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
             f"\"resume-from='{run_dir}'\")")
     extras = dict(strategy.summary_extras())
-    extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint}
+    extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint,
+                         "failures": exc.failures}
     path = writer.finish(headline, extras, cfg.common.target_accuracy)
     say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
         f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
@@ -166,9 +185,9 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
             if mode == "federated":
                 elog = strategy.evaluate_round(grid, rnd)
                 eval_metrics = dict(elog.metrics)
+                merge_failures(rlog, elog)
                 rlog.up_bytes += elog.up_bytes
                 rlog.down_bytes += elog.down_bytes
-                rlog.failures.extend({**f, "phase": "evaluate"} for f in elog.failures)
         except NotEnoughNodes as exc:
             stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
             raise

