@@ -341,3 +341,25 @@ def test_message_without_round_neither_restores_nor_saves(tmp_path: Path) -> Non
                   message_type="query")
     out = with_node_memory(msg, ctx, cfg, None, lambda: RecordDict())  # type: ignore[arg-type]
     assert out == RecordDict() and MARKER not in ctx.state
+
+
+def test_rolling_a_dp_node_back_never_gives_privacy_back(tmp_path: Path) -> None:
+    """The orphaned round-3 version answered a message: its accountant history is kept."""
+    from bouquet.clients.persistence import ACCOUNTANT_KEY
+    from bouquet.privacy.accountant import ClientAccountant
+
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    for rnd in (1, 2, 3):
+        restore(ctx, store, rnd)
+        _set(ctx, rnd)
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord(  # entries merge: the steps grow
+            {"history": json.dumps([[1.0, 0.1, 10 * rnd]])})
+        persist(ctx, store, rnd)
+    resumed = NodeStore(tmp_path / "p0", 0, 8, resumed=True)
+    back = _context(8)
+    assert restore(back, resumed, 3) == 2 and _read(back) == 2  # model state of round 2...
+    history = json.loads(str(back.state[ACCOUNTANT_KEY]["history"]))  # type: ignore[index]
+    assert history == [[1.0, 0.1, 30]]  # ...but the privacy spent in orphaned round 3 counts
+    assert ClientAccountant.epsilon_of([(1.0, 0.1, 30)], 1e-5) > \
+        ClientAccountant.epsilon_of([(1.0, 0.1, 20)], 1e-5)

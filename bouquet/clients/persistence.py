@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import shutil
 from pathlib import Path
@@ -52,6 +53,9 @@ from bouquet.strategies.checkpoint import (
     save_checkpoint,
 )
 
+#: The DP accountant's record in ``context.state`` (privacy/accountant.py: ``NodeState(context,
+#: "dp")``, record ``accountant``): its history only ever grows.
+ACCOUNTANT_KEY = "dp.accountant"
 #: ``context.state`` record that marks a context as already restored (never persisted itself).
 MARKER = "bouquet.persistence"
 #: How many versions a partition's folder keeps.
@@ -180,6 +184,33 @@ class NodeStore:
             shutil.rmtree(self.path(v), ignore_errors=True)
 
 
+def carry_spent_privacy(store: NodeStore, done: list[Version], restored: RecordDict | None
+                        ) -> RecordDict | None:
+    """Put the longest privacy-accountant history of any saved version into ``restored``.
+
+    Rolling a node back to an earlier version must never give privacy back: a version the
+    resumed server never saw still answered a message whose noise left the node. The accountant
+    history only grows along a node's life (entries are added, or the steps of the last entry
+    increase), so the history with the most steps is the spend so far (ties: the newest).
+    Returns the state to restore (a fresh one holding only the accountant when ``restored`` is
+    None and some version had an accountant).
+    """
+    best: ConfigRecord | None = None
+    best_steps = -1
+    for version in done:
+        state = store.load(version)
+        if ACCOUNTANT_KEY in state.config_records:
+            rec = state.config_records[ACCOUNTANT_KEY]
+            steps = sum(int(h[2]) for h in json.loads(str(rec.get("history", "[]"))))
+            if steps >= best_steps:
+                best, best_steps = rec, steps
+    if best is None:
+        return restored
+    out = restored if restored is not None else RecordDict()
+    out[ACCOUNTANT_KEY] = best
+    return out
+
+
 def _marker(digest: str, restored: int) -> ConfigRecord:
     return ConfigRecord({"digest": digest, "restored-round": restored})
 
@@ -212,6 +243,7 @@ def restore(context: Context, store: NodeStore, rnd: int) -> int | None:
         candidates = [v for v in done if v.round < rnd]
         chosen = candidates[-1] if candidates else None
     restored: RecordDict | None = store.load(chosen) if chosen is not None else None
+    restored = carry_spent_privacy(store, done, restored)
     if restored is not None:
         for k in list(context.state.keys()):
             del context.state[k]
