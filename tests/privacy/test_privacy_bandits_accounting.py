@@ -162,7 +162,8 @@ def _run(tmp_path: Path, method: str, rounds: int, silos: int = 3, **cfg: Any
     for rnd in range(1, rounds + 1):
         got: dict[int, RecordDict] = {}
         for pid in range(silos):
-            def keep(content: RecordDict, pid: int = pid) -> RecordDict:
+            def keep(content: RecordDict, pid: int = pid,
+                     got: dict[int, RecordDict] = got) -> RecordDict:
                 got[pid] = content
                 return content
             grid.corrupt[pid] = keep
