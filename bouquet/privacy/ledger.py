@@ -47,6 +47,14 @@ class TreeLedger:
     copies: list[int] = dataclasses.field(default_factory=list)
     members: list[list[int]] = dataclasses.field(default_factory=list)
 
+    @classmethod
+    def everyone(cls, num_silos: int, syncs: int) -> TreeLedger:
+        """Every silo's node seen on its own at every sync ``1..syncs`` (an upper bound)."""
+        out = cls(num_silos)
+        for k in range(1, syncs + 1):
+            out.record(k, range(num_silos), copies=1)
+        return out
+
     def record(self, sync: int, silos: Iterable[int], copies: int) -> None:
         """Note that the values of ``silos`` at ``sync`` reached the server with ``copies`` noises."""
         if copies < 1:

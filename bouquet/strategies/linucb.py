@@ -289,6 +289,8 @@ class FedLinUCB(BouquetStrategy):
                                        self.horizon_rounds)
         self.tree = tree.ServerTree.empty(self.levels, tree.stats_size(self.dim))
         self.ledger = ledger.TreeLedger(max(self.num_silos, 0))
+        #: last round whose silos were asked (the LDP epsilon counts syncs 1..this)
+        self.rounds_done = 0
         self.cum_regret: dict[int, float] = {}
 
     # ------------------------------------------------------------------ protocol
@@ -320,6 +322,7 @@ class FedLinUCB(BouquetStrategy):
         """Broadcast the prefix estimate over batches ``1..rnd-1`` to every silo."""
         self._fix_silos()
         proto = self.protocol()
+        self.rounds_done = max(self.rounds_done, rnd)  # asked silos may release at rnd
         gram, vec = tree.unpack(self.tree.prefix(rnd - 1), self.dim)
         out = {}
         for pid in partitions:
@@ -328,9 +331,6 @@ class FedLinUCB(BouquetStrategy):
                 cfg[name] = value
             out[pid] = RecordDict({"global": to_record({"gram": gram, "vec": vec}),
                                    "config": cfg})
-        if self.variant == "ldp" and partitions:
-            # every asked silo may have sent its node, and the server sees each node itself
-            self.ledger.record(rnd, partitions, copies=1)
         return out
 
     def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> None:
@@ -415,7 +415,13 @@ class FedLinUCB(BouquetStrategy):
                     "claimed_epsilon": proto.epsilon,
                     "note": "vector-sum protocol with the reference code's constants; no "
                             "verified bound is computed (docs/methods/dp-fedlinucb.md)"}
-        per_silo = self.ledger.epsilons(proto.sensitivity, proto.sigma, proto.delta)
+        book = self.ledger
+        if self.variant == "ldp":
+            # the server sees every node on its own; count a release by every silo at every sync
+            # so far (an upper bound: a node rejected or late was still seen, a silo not asked
+            # released less)
+            book = ledger.TreeLedger.everyone(self.num_silos, self.rounds_done)
+        per_silo = book.epsilons(proto.sensitivity, proto.sigma, proto.delta)
         out: dict[str, Any] = {
             "epsilon": max(per_silo.values(), default=0.0), "delta": proto.delta,
             "per_silo": {str(k): e for k, e in per_silo.items()},
