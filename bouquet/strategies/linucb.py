@@ -287,6 +287,12 @@ class FedLinUCB(BouquetStrategy):
             # private variants: fixed now, from the operator's config (raises if it is missing)
             self.proto = make_protocol(variant, self.lin, self.dp, self.dim, self.num_silos,
                                        self.horizon_rounds)
+            asked = math.ceil(self.common.fraction_train * self.num_silos)
+            if variant in ("sdp-amp", "sdp-vecsum") and asked < self.proto.min_silos:
+                raise ValueError(
+                    f"fraction-train {self.common.fraction_train:g} asks {asked} of "
+                    f"{self.num_silos} silos per round, fewer than dp-linucb.min-silos "
+                    f"({self.proto.min_silos}): the shuffler would never release a sum")
         self.tree = tree.ServerTree.empty(self.levels, tree.stats_size(self.dim))
         self.ledger = ledger.TreeLedger(max(self.num_silos, 0))
         #: last round whose silos were asked (the LDP epsilon counts syncs 1..this)

@@ -137,3 +137,12 @@ def test_sdp_amp_releases_no_sum_of_fewer_silos_than_calibrated(tmp_path: Path) 
     assert rlog.clients == 2
     assert int(strategy.tree.syncs[0]) == 0  # nothing stored: 2 < 3 noisy nodes
     assert strategy.privacy()["epsilon"] == 0.0
+
+
+@pytest.mark.parametrize("method", ["dp-fedlinucb-sdp-amp", "dp-fedlinucb-sdp-vecsum"])
+def test_sdp_refuses_a_sampling_rate_below_its_floor(tmp_path: Path, method: str) -> None:
+    grid = _grid(tmp_path, method, 4, **{"fraction-train": 0.5})
+    with pytest.raises(ValueError, match="min-silos"):
+        build_strategy(resolve(grid.run_config), None)
+    ok = _grid(tmp_path, method, 4, **{"fraction-train": 0.5, "dp-linucb.min-silos": 2})
+    build_strategy(resolve(ok.run_config), None)
