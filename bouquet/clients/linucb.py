@@ -223,7 +223,7 @@ class LDPFedLinUCBClient(FedLinUCBClient):
 
 
 class SDPAmpFedLinUCBClient(FedLinUCBClient):
-    """Shuffle DP by amplification: smaller Gaussian noise, a shuffler hides the sender."""
+    """Shuffle DP, sum variant: smaller Gaussian noise; the shuffler releases only the sum."""
 
     variant = "sdp-amp"
 

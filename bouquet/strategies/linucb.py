@@ -17,12 +17,13 @@ with one node of the distributed tree mechanism (:mod:`bouquet.privacy.tree`):
     silo-level LDP: Gaussian noise ``sigma0`` on every node, calibrated per silo (Thm 5.1);
     ``lambda`` shifts the noisy Gram matrix back to positive definite.
 ``dp-fedlinucb-sdp-amp``
-    shuffle DP by amplification (Thm 5.3): the same nodes with ``sigma0`` smaller by about
-    ``sqrt(M)``; a shuffler hides which silo sent which node.
+    shuffle DP (after Thm 5.3): the same nodes with ``sigma0`` smaller by ``sqrt(M_min)``; a
+    trusted shuffler releases only the sum of at least ``M_min`` nodes (a shuffled multiset of
+    nodes over many users each would not be amplified; see docs/methods/dp-fedlinucb.md).
 ``dp-fedlinucb-sdp-vecsum``
     shuffle DP with a vector-sum protocol (Thm 5.5, :mod:`bouquet.privacy.shuffle`): every user
-    of the node's window is encoded separately; the shuffler merges all silos' messages and the
-    analyser (this strategy) decodes their sum.
+    of the node's window is encoded separately; the shuffler releases the per-coordinate sums of
+    all silos' messages and the analyser (this strategy) decodes them. No verified epsilon.
 
 Regret is the environment's pseudo-regret, which only a simulation knows; silos report their
 cumulative value so that ``metrics.jsonl`` can show it (a deployment has no regret to report).

@@ -45,8 +45,8 @@ METHODS = [
     ),
     Method(
         name="dp-fedlinucb-sdp-amp",
-        description="FedLinUCB with shuffle DP by amplification (tree nodes through a trusted "
-        "shuffler)",
+        description="FedLinUCB with shuffle DP: smaller tree-node noise, a trusted shuffler "
+        "releases only their sum",
         strategy="bouquet.strategies.linucb:build_sdp_amp",
         client=f"{CLIENTS}:SDPAmpFedLinUCBClient",
         default_task="synth-bandit",
