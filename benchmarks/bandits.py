@@ -9,6 +9,11 @@ The quick variant shortens the horizon to T = 1,000 (40 rounds) and runs 2 seeds
 What the paper leads us to expect: every time-averaged regret curve decreases (sublinear regret);
 non-private < LDP(5) < LDP(1) < LDP(0.2); SDP below LDP at equal epsilon; the LDP-SDP gap
 widens with M. :func:`report` checks each of these on the measured curves and says which hold.
+
+Privacy is compared at equal *true* epsilon: LDP and SDP-Amp calibrate their noise to the exact
+privacy of what the server receives and report the epsilon of the noise actually added
+(``privacy.epsilon``, the same number as the target at the full horizon); SDP-VecSum reports no
+verified epsilon, so its rows are not an equal-privacy comparison.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ import numpy as np
 from bouquet.apps.bench import BenchRun
 from bouquet.apps.results import read_metrics
 
-COLUMNS = ["final.regret", "best.regret", "comm.up_bytes_per_client_round",
-           "comm.down_bytes_per_client_round", "time.wall_s"]
+COLUMNS = ["final.regret", "best.regret", "privacy.epsilon", "privacy.epsilon_without_shuffler",
+           "comm.up_bytes_per_client_round", "comm.down_bytes_per_client_round", "time.wall_s"]
 #: Curves are drawn by :func:`report` (mean over seeds per configuration).
 PLOT_METRICS: list[str] = []
 
@@ -65,7 +70,7 @@ def runs(quick: bool) -> list[BenchRun]:
         for seed in seeds:
             cfg: dict[str, Any] = {
                 "method": METHOD[kind], "task": "synth-bandit", "seed": seed,
-                "num-server-rounds": rounds, "linucb.batch-steps": 25,
+                "num-server-rounds": rounds, "linucb.batch-steps": 25, "linucb.num-silos": m,
                 "synth-bandit.arms": 30, "synth-bandit.dim": 6, "synth-bandit.noise": 0.5,
             }
             if eps is not None:
@@ -91,6 +96,15 @@ def _final(summaries: Mapping[str, Any]) -> dict[str, tuple[float, float, int]]:
     for name, s in summaries.items():
         vals.setdefault(name.rpartition("-s")[0], []).append(float(s["final"]["regret"]))
     return {g: (float(np.mean(v)), (max(v) - min(v)) / 2, len(v)) for g, v in vals.items()}
+
+
+def _eps(summaries: Mapping[str, Any]) -> dict[str, float]:
+    """Mean reported (spent) epsilon per configuration (NaN where none is verified)."""
+    vals: dict[str, list[float]] = {}
+    for name, s in summaries.items():
+        e = (s.get("privacy") or {}).get("epsilon")
+        vals.setdefault(name.rpartition("-s")[0], []).append(float("nan") if e is None else e)
+    return {g: float(np.mean(v)) for g, v in vals.items()}
 
 
 def _mark(ok: bool) -> str:
@@ -168,17 +182,25 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
                  + f" — {_mark(ok)}.")
     lines.append("")
 
-    # 3. SDP below LDP at equal epsilon
-    lines.append("**3. SDP below LDP at equal epsilon** (M = 10):")
+    # 3. SDP below LDP at equal (true) epsilon
+    spent = _eps(summaries)
+    lines.append("**3. SDP below LDP at equal true epsilon** (M = 10). `spent` is the epsilon the "
+                 "run reports for the noise actually added (exact Gaussian accounting; the "
+                 "privacy suite recomputes it with dp-accounting). SDP-Amp's holds with a "
+                 "trusted shuffler that releases only the sum of all silos' nodes; VecSum's is "
+                 "not verified, so its column is no equal-privacy comparison.")
     lines.append("")
-    lines.append("| epsilon, delta | LDP | SDP-Amp | SDP-VecSum | Amp < LDP | VecSum < LDP |")
+    lines.append("| target epsilon, delta | LDP (spent) | SDP-Amp (spent) | SDP-VecSum (unverified) "
+                 "| Amp < LDP | VecSum < LDP |")
     lines.append("|---|---|---|---|---|---|")
     for e, d in [(0.2, 0.1), (1.0, 0.1), (5.0, 0.1), (1.0, 1e-4)]:
-        ldp, amp = f(_label("ldp", m, e, d)), f(_label("amp", m, e, d))
+        gl, ga = _label("ldp", m, e, d), _label("amp", m, e, d)
+        ldp, amp = f(gl), f(ga)
         vec = f(_label("vecsum", m, e, d)) if d == 0.1 else float("nan")
         vec_cell = f"{vec:.3g}" if d == 0.1 else "—"
         vec_ok = _mark(vec < ldp) if d == 0.1 else "—"
-        lines.append(f"| {e:g}, {d:g} | {ldp:.3g} | {amp:.3g} | {vec_cell} | "
+        lines.append(f"| {e:g}, {d:g} | {ldp:.3g} ({spent.get(gl, float('nan')):.3g}) | "
+                     f"{amp:.3g} ({spent.get(ga, float('nan')):.3g}) | {vec_cell} | "
                      f"{_mark(amp < ldp)} | {vec_ok} |")
     lines.append("")
 

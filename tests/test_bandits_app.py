@@ -31,8 +31,12 @@ SMALL = {"linucb.batch-steps": 5, "linucb.horizon-rounds": 8, "synth-bandit.arms
 
 
 def _grid(tmp_path: Path, name: str, nodes: int, **cfg: Any) -> LocalGrid:
-    """A grid whose nodes keep their saved state under ``tmp_path/name`` (never shared)."""
-    return LocalGrid(nodes, {"results-dir": str(tmp_path), "run-name": name, **cfg})
+    """A grid whose nodes keep their saved state under ``tmp_path/name`` (never shared).
+
+    The operator's ``linucb.num-silos`` is the number of nodes unless a test sets it.
+    """
+    return LocalGrid(nodes, {"results-dir": str(tmp_path), "run-name": name,
+                             "linucb.num-silos": nodes, **cfg})
 
 
 def _run(tmp_path: Path, name: str, nodes: int, **cfg: Any) -> tuple[LocalGrid, Path]:
@@ -184,7 +188,10 @@ def test_resume_gives_the_same_metrics(tmp_path: Path) -> None:
     assert strip(read_metrics(full)) == strip(read_metrics(again))
     summary = json.loads((part / "summary.json").read_text())
     assert summary["final"]["regret"] == read_metrics(full)[-1]["regret"]
-    assert summary["privacy"] == {"epsilon": 1.0, "delta": 0.1}
+    privacy = summary["privacy"]
+    assert privacy["epsilon"] == read_metrics(full)[-1]["epsilon"]
+    assert 0 < privacy["epsilon"] <= privacy["target_epsilon"] == 1.0  # 4 of 8 planned syncs
+    assert set(privacy["per_silo"]) == {"0", "1", "2"} and privacy["delta"] == 0.1
 
 
 def test_horizon_shorter_than_the_run_is_refused(tmp_path: Path) -> None:
@@ -227,7 +234,7 @@ def test_method_import_chain_is_torch_free(tmp_path: Path) -> None:
         for method in {METHODS!r}:
             g = LocalGrid(2, {{"method": method, "num-server-rounds": 1,
                                "results-dir": {str(tmp_path)!r}, "run-name": method,
-                               "sample-deadline": 5,
+                               "sample-deadline": 5, "linucb.num-silos": 2,
                                **{SMALL!r}}})
             execute(g, g.run_config)
         g = LocalGrid(2, {{"method": "fedlinucb", "task": "digits-bandit",

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bouquet.privacy import shuffle, tree
+from bouquet.privacy import gaussian, shuffle, tree
 from bouquet.strategies.linucb import DPLinUCBConfig, LinUCBConfig, make_protocol
 
 
@@ -119,16 +119,22 @@ def test_shifted_gram_is_positive_definite(variant: str, eps: float, delta: floa
     assert smallest > 0
 
 
-def test_calibrations_match_the_reference_formulas() -> None:
-    # T = 3000, B = 25 -> 120 syncs -> kappa = 7
-    assert tree.num_levels(120) == 7
-    assert tree.ldp_sigma(1.0, 0.1, 7) == pytest.approx(math.sqrt(7 * (math.log(10) + 1)))
-    amp = tree.amp_sigma(1.0, 0.1, 7, 3000, 10)
-    inner = 7 * math.log(10) * math.log(1 + 7 / 300) * math.log(700)
-    assert amp == pytest.approx(math.sqrt(inner) / math.sqrt(10))
-    assert amp < tree.ldp_sigma(1.0, 0.1, 7)
+def test_shift_formula() -> None:
     lam = tree.shift(2.0, 7, 6, 0.01, 10)
     assert lam == pytest.approx(math.sqrt(70) * 2.0 * (math.sqrt(7 + math.log(100)) + math.sqrt(6)))
+
+
+@pytest.mark.parametrize("eps,delta", [(0.2, 0.1), (1.0, 1e-4), (5.0, 0.1), (3.0, 1e-6)])
+def test_gaussian_calibration_round_trips(eps: float, delta: float) -> None:
+    mu = gaussian.mu_for(eps, delta)
+    assert gaussian.delta_at(eps, mu) <= delta
+    assert gaussian.epsilon_at(mu, delta) == pytest.approx(eps, rel=1e-6)
+    assert gaussian.epsilon_at(mu, delta) <= eps
+    # the node noise of kappa releases spends exactly the target, and M copies divide it
+    sens = tree.user_sensitivity(1.0, 2.0)
+    sigma = tree.node_sigma(eps, delta, 7, sens)
+    assert gaussian.epsilon_at(math.sqrt(7) * sens / sigma, delta) == pytest.approx(eps, rel=1e-6)
+    assert tree.node_sigma(eps, delta, 7, sens, copies=4) == pytest.approx(sigma / 2)
 
 
 @pytest.mark.parametrize("eps,delta,levels", [(0.2, 0.1, 7), (1.0, 1e-4, 9), (5.0, 0.1, 3)])
@@ -150,13 +156,19 @@ def test_vecsum_analyser_is_unbiased() -> None:
     rows = shuffle.user_rows(x, y)
     truth = rows.sum(axis=0)
     params = shuffle.VecSumParams.for_window(0.5, 1e-3, dim, users)
-    shuffler = shuffle.Shuffler(np.random.default_rng(6))
+    shuffler = shuffle.SumShuffler(shuffle.num_coordinates(dim), min_senders=2)
     trials = 3000
-    est = np.stack([
-        params.analyse(shuffler.shuffle([params.encode(rows[:30], rng),
-                                         params.encode(rows[30:], rng)]))
-        for _ in range(trials)
-    ])
+
+    def once() -> np.ndarray:
+        shuffler.submit(0, params.encode(rows[:30], rng))
+        shuffler.submit(1, params.encode(rows[30:], rng))
+        released = shuffler.release()
+        assert released is not None
+        sums, count, senders = released
+        assert sums.shape == (shuffle.num_coordinates(dim),) and count == users
+        return params.analyse(sums, count)
+
+    est = np.stack([once() for _ in range(trials)])
     se = np.sqrt(params.variance(users) / trials)
     assert np.all(np.abs(est.mean(axis=0) - truth) < 4.5 * se)
     assert np.all(est.var(axis=0) <= params.variance(users) * 1.15)
@@ -165,12 +177,22 @@ def test_vecsum_analyser_is_unbiased() -> None:
     np.testing.assert_allclose(vec, x.T @ y, atol=1e-12)
 
 
-def test_shuffler_permutes_within_columns_only() -> None:
+def test_shuffler_releases_sums_only_and_nothing_below_its_floor() -> None:
     a = np.arange(12).reshape(4, 3)
     b = np.arange(12, 24).reshape(4, 3)
-    out = shuffle.Shuffler(np.random.default_rng(0)).shuffle([a, b])
-    merged = np.vstack([a, b])
-    assert out.shape == merged.shape
-    for c in range(3):
-        assert sorted(out[:, c]) == sorted(merged[:, c])
-    assert not np.array_equal(out, merged)
+    shuffler = shuffle.SumShuffler(3, min_senders=2)
+    shuffler.submit(5, a)
+    shuffler.submit(2, b)
+    with pytest.raises(ValueError, match="already"):
+        shuffler.submit(2, b)
+    released = shuffler.release()
+    assert released is not None
+    sums, rows, senders = released
+    np.testing.assert_array_equal(sums, np.vstack([a, b]).sum(axis=0))
+    assert (rows, senders) == (8, [2, 5])
+    # nothing of the messages is left inside, and one sender alone is never released
+    assert all(not (isinstance(v, np.ndarray) and v.ndim > 1) for v in vars(shuffler).values())
+    shuffler.submit(1, a)
+    assert shuffler.release() is None
+    with pytest.raises(ValueError, match="sums"):
+        shuffle.VecSumParams.for_window(1.0, 1e-3, 2, 8).analyse(a, 4)

@@ -14,7 +14,7 @@ ROOT = Path(bouquet.__file__).parent
 HEAVY = ("torch", "transformers", "peft", "opacus", "sentence_transformers")
 SERVER_PACKAGES = ("strategies", "compression")
 #: privacy modules that run on servers too (numpy only)
-SERVER_PRIVACY = ("tree", "shuffle")
+SERVER_PRIVACY = ("tree", "shuffle", "gaussian", "ledger")
 
 BLOCKER = f"""
 import importlib.abc, sys

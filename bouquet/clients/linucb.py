@@ -5,7 +5,11 @@ Zhou & Chowdhury, ICLR 2024, Algorithm 1 (silo side). Per round ``k`` the silo
 1. reads the server's prefix estimate ``(V~, u~)`` over batches ``1..k-1``;
 2. serves ``B`` users of its own stream: ``V = lambda I + V~ + W``, ``theta = V^{-1}(u~ + U)``,
    picks ``argmax_x <x, theta> + beta_t ||x||_{V^{-1}}`` (``V^{-1}`` kept by Sherman-Morrison
-   updates), observes the reward and adds ``x x^T`` and ``x y`` to its batch statistics;
+   updates), observes the reward and adds ``x x^T`` and ``x y`` to its batch statistics. In the
+   private variants ``W = U = 0`` within the batch: a user's data must not steer the arms
+   chosen for the later users of the same batch, or their contributions to the released node
+   would depend on it and one user's sensitivity would not bound the node's; features enter
+   the statistics clipped to norm ``L`` and rewards clipped to ``[-Y, Y]``;
 3. releases the tree node of sync ``k`` (:class:`bouquet.privacy.tree.SiloTree`) with its own
    calibrated Gaussian noise, or, for the vector-sum variant, the randomised encoding of every
    user in the node's window.
@@ -14,6 +18,11 @@ What a silo keeps between rounds lives in ``context.state`` (``<method>.progress
 ``.rows``): its exact p-sums, the users of the open windows, its cumulative regret. A silo that
 missed syncs (a lost message, a restart of the node process keeps ``context.state`` only for the
 life of the SuperNode) advances its tree with empty batches, so later nodes stay correct.
+
+Everything that calibrates the silo's noise comes from its own configuration: ``M`` from its
+node config (``--node-config 'num-silos=<M>'``) or else ``linucb.num-silos``, the horizon, ``B`` and
+the bounds from the run config. The server announces ``num-silos``, ``horizon-rounds`` and
+``batch-steps`` each round; a silo refuses (error reply) to answer when they differ from its own.
 
 Noise is drawn from ``(seed, partition, round)`` for reproducible simulations. In a deployment
 the seed is public, so every SuperNode must add a secret: ``--node-config 'dp-secret=<random
@@ -30,6 +39,7 @@ from bouquet.privacy import shuffle, tree
 from bouquet.strategies.linucb import (
     LinUCBConfig,
     Protocol,
+    announced_values,
     confidence_radius,
     env_section,
     horizon_of,
@@ -53,6 +63,7 @@ def linucb_steps(
     -------
     x : ndarray, shape (B, d)
         Chosen arms' features.
+        (Private variants: clipped to norm ``L``, as they enter the statistics.)
     y : ndarray, shape (B,)
         Observed rewards (clipped to ``[-Y, Y]`` for private variants).
     regret : float
@@ -73,14 +84,29 @@ def linucb_steps(
         a = int(np.argmax(ucb))
         x = arms[a]
         y = float(block.rewards[s, a])
-        if proto.private:
-            y = min(max(y, -proto.reward_bound), proto.reward_bound)
         regret += float(block.means[s].max() - block.means[s, a])
-        ix = inv @ x
-        inv -= np.outer(ix, ix) / (1.0 + x @ ix)
-        b += x * y
+        if proto.private:
+            # bounded contribution, and no influence on the batch's later choices
+            y = min(max(y, -proto.reward_bound), proto.reward_bound)
+            x = clip_norm(x, proto.feature_bound)
+        else:
+            ix = inv @ x
+            inv -= np.outer(ix, ix) / (1.0 + x @ ix)
+            b += x * y
         xs[s], ys[s] = x, y
     return xs, ys, regret
+
+
+def clip_norm(x: np.ndarray, bound: float) -> np.ndarray:
+    """``x`` scaled down to norm ``bound`` when longer (unchanged otherwise)."""
+    norm = float(np.linalg.norm(x))
+    return x * (bound / norm) if norm > bound else x
+
+
+def own_num_silos(context: Context, lin: LinUCBConfig) -> int:
+    """``M`` as this silo's operator set it: node config ``num-silos``, else the run config."""
+    raw = context.node_config.get("num-silos")
+    return int(raw) if raw is not None else lin.num_silos  # type: ignore[arg-type]
 
 
 def noise_rng(context: Context, seed: int, partition_id: int, rnd: int) -> np.random.Generator:
@@ -94,25 +120,32 @@ class FedLinUCBClient(ClientProcedure):
 
     variant = "none"
 
-    def protocol(self, msg: Message, env: ClientEnv) -> Protocol:
-        """Derive the protocol from this silo's own config and check the server agrees."""
+    def protocol(self, msg: Message, context: Context, env: ClientEnv) -> Protocol:
+        """Derive the protocol from this silo's own config; refuse a server that disagrees."""
         cfg = message_config(msg)
         lin: LinUCBConfig = env.section("linucb")
         horizon = horizon_of(lin, env.common.num_server_rounds)
-        sent = int(cfg.get("horizon-rounds", horizon))  # type: ignore[arg-type]
-        if sent != horizon:
-            raise ValueError(f"server plans {sent} synchronisations, this silo's calibration "
-                             f"covers {horizon} (set linucb.horizon-rounds on both)")
-        num_silos = int(cfg["num-silos"])  # type: ignore[arg-type]
+        num_silos = own_num_silos(context, lin)
+        if not num_silos and self.variant == "none":
+            num_silos = int(cfg.get("num-silos", 1))  # type: ignore[arg-type]
         dim = int(env_section(env.sections).context_dim)
-        return make_protocol(self.variant, lin, env.sections.get("dp-linucb"), dim, num_silos,
-                             horizon)
+        proto = make_protocol(self.variant, lin, env.sections.get("dp-linucb"), dim, num_silos,
+                              horizon)
+        if proto.private and not 0 <= env.partition_id < proto.num_silos:
+            raise ValueError(f"partition {env.partition_id} is outside the {proto.num_silos} "
+                             "silos this silo's config declares")
+        for name, own in announced_values(proto).items():
+            sent = cfg.get(name)
+            if not isinstance(sent, int) or isinstance(sent, bool) or sent != own:
+                raise ValueError(f"server announces {name}={sent!r}, this silo's config says {own}: "
+                                 "refusing to calibrate noise on the server's word")
+        return proto
 
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """One synchronisation: ``B`` local steps, then the node (see the module docstring)."""
         cfg = message_config(msg)
         rnd = int(cfg["server-round"])  # type: ignore[arg-type]
-        proto = self.protocol(msg, env)
+        proto = self.protocol(msg, context, env)
         lin: LinUCBConfig = env.section("linucb")
         if rnd > proto.horizon_rounds:
             raise ValueError(f"round {rnd} is beyond the planned {proto.horizon_rounds} syncs")
@@ -190,7 +223,7 @@ class LDPFedLinUCBClient(FedLinUCBClient):
 
 
 class SDPAmpFedLinUCBClient(FedLinUCBClient):
-    """Shuffle DP by amplification: smaller Gaussian noise, a shuffler hides the sender."""
+    """Shuffle DP, sum variant: smaller Gaussian noise; the shuffler releases only the sum."""
 
     variant = "sdp-amp"
 

@@ -10,11 +10,17 @@ coordinate) and passes on the multiset; the **analyser** (the server) sums, remo
 binomial noise and the shift, and rescales. The analyser's output is an unbiased estimate of the
 sum of the users' contributions.
 
-Trust: the privacy guarantee holds against the analyser only if the shuffler is a separate party
-that does not collude with it and hides which silo sent which message. In this package's
-simulation the shuffler is a component the strategy calls before the analyser; the server process
-therefore sees the unshuffled messages, which a real deployment must prevent (see
-docs/methods/dp-fedlinucb.md).
+The shuffler/analyser boundary passes **sums only**. :class:`SumShuffler` folds every message
+into a running per-coordinate sum as it arrives and keeps no message; the analyser
+(:meth:`VecSumParams.analyse`) receives that sum and the number of users behind it, nothing else.
+Releasing only the sum is post-processing of the shuffled multiset, so it can only help the
+guarantee, and it is what the same class does for the amplification variant, whose released
+value is the sum of the silos' noisy nodes (docs/methods/dp-fedlinucb.md).
+
+Trust: the guarantee holds against the analyser only if the shuffler is a separate party that
+does not collude with it. In this package's simulation the shuffler is a component the strategy
+feeds each validated message to; the server *process* therefore receives the messages, which a
+real deployment must prevent (see docs/methods/dp-fedlinucb.md).
 
 Protocol constants (``g = max(2 sqrt(n), d, 4)``, ``p = 1/4``,
 ``b = scale g^2 ln(d^2/delta)^2 / (eps^2 n)``) are the authors' reference code's. Unlike that
@@ -128,36 +134,78 @@ class VecSumParams:
         noise = rng.binomial(self.b, self.p, size=w.shape)
         return base.astype(np.int64) + up.astype(np.int64) + noise
 
-    def analyse(self, shuffled: np.ndarray) -> np.ndarray:
-        """Unbiased estimate of the column sums of the users' rows from the shuffled codes."""
-        n = shuffled.shape[0]
-        z = shuffled.sum(axis=0, dtype=np.float64)
-        return self.bound / self.g * (z - self.p * self.b * n) - n * self.bound
+    def analyse(self, sums: np.ndarray, count: int) -> np.ndarray:
+        """Unbiased estimate of the column sums of the users' rows.
+
+        Parameters
+        ----------
+        sums : ndarray, shape (C,)
+            Per-coordinate sums of the codes of ``count`` users (what the shuffler releases).
+        count : int
+            Number of users (message rows) behind ``sums``.
+
+        """
+        z = np.asarray(sums, dtype=np.float64)
+        if z.ndim != 1:
+            raise ValueError("the analyser takes per-coordinate sums, never individual codes")
+        return self.bound / self.g * (z - self.p * self.b * count) - count * self.bound
+
+    def check(self, codes: np.ndarray) -> None:
+        """Raise ``ValueError`` unless every code lies in ``0..max_code()``."""
+        if codes.size and (int(codes.min()) < 0 or int(codes.max()) > self.max_code()):
+            raise ValueError(f"codes outside 0..{self.max_code()}")
 
     def variance(self, num_users: int) -> float:
         """Upper bound on the analyser's variance per coordinate (rounding + binomial)."""
         return (self.bound / self.g) ** 2 * num_users * (self.b * self.p * (1 - self.p) + 0.25)
 
 
-class Shuffler:
-    """The trusted shuffler: merges every silo's messages and permutes them per coordinate.
+class SumShuffler:
+    """The trusted shuffler: releases the per-coordinate sum of what it received, nothing else.
+
+    Each message is added to a running sum on arrival and not kept, so no object downstream of
+    :meth:`submit` (the analyser, the strategy, a checkpoint) can hold an individual message. A
+    release needs messages from at least ``min_senders`` senders: the noise of a released sum is
+    calibrated for that many contributions, and fewer would release a less noisy value.
 
     In a deployment this must be a separate party between the silos and the server; here the
-    strategy calls it before the analyser (see the module docstring).
+    strategy feeds it (see the module docstring).
 
     Parameters
     ----------
-    rng : numpy.random.Generator
-        Source of the permutations.
+    size : int
+        Length of a message row.
+    min_senders : int
+        Fewest senders whose messages may be released as one sum.
 
     """
 
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
+    def __init__(self, size: int, min_senders: int) -> None:
+        if min_senders < 1:
+            raise ValueError("min_senders must be >= 1")
+        self.size = size
+        self.min_senders = min_senders
+        self._sum = np.zeros(size, dtype=np.float64)
+        self._rows = 0
+        self._senders: list[int] = []
 
-    def shuffle(self, batches: list[np.ndarray]) -> np.ndarray:
-        """Concatenate the silos' message rows and permute each column independently."""
-        if not batches:
-            raise ValueError("nothing to shuffle")
-        merged = np.concatenate(batches, axis=0)
-        return np.asarray(self.rng.permuted(merged, axis=0))
+    def submit(self, sender: int, message: np.ndarray) -> None:
+        """Fold one sender's message (a row, or rows of users) into the running sum."""
+        rows = np.atleast_2d(np.asarray(message, dtype=np.float64))
+        if rows.shape[1] != self.size:
+            raise ValueError(f"message rows of length {rows.shape[1]}, expected {self.size}")
+        if sender in self._senders:
+            raise ValueError(f"sender {sender} already submitted")
+        self._sum += rows.sum(axis=0)
+        self._rows += rows.shape[0]
+        self._senders.append(int(sender))
+
+    def release(self) -> tuple[np.ndarray, int, list[int]] | None:
+        """``(sum, rows, senders)`` and reset, or None (and reset) below ``min_senders``."""
+        out = (self._sum.copy(), self._rows, sorted(self._senders))
+        self._sum = np.zeros(self.size, dtype=np.float64)
+        self._rows = 0
+        self._senders = []
+        if len(out[2]) < self.min_senders:
+            return None
+        return out

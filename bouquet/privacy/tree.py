@@ -12,8 +12,10 @@ privacy composition counts.
 Statistics are flat float64 vectors (a Gram matrix and a vector packed together, see
 :func:`pack`); the tree code itself does not care what they hold.
 
-The noise calibrations are the ones of the authors' reference code (their Theorems 5.1 and 5.3),
-reproduced here and documented in docs/methods/dp-fedlinucb.md; they are not re-derived.
+The noise is calibrated to the exact privacy of what is released (:func:`node_sigma`): one user's
+contribution has L2 sensitivity :func:`user_sensitivity` and enters at most ``num_levels`` nodes;
+docs/methods/dp-fedlinucb.md derives both. (The authors' reference code calibrates for
+sensitivity 1 and does not spend the reward bound; this package does not reuse that calibration.)
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from bouquet.privacy import gaussian
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -193,26 +197,32 @@ class ServerTree:
 
 
 # ----------------------------------------------------------------------------- calibrations
-def ldp_sigma(epsilon: float, delta: float, levels: int, feature_bound: float = 1.0) -> float:
-    """Per-silo noise of silo-level LDP (reference code of Thm 5.1).
+def user_sensitivity(feature_bound: float, reward_bound: float) -> float:
+    """L2 sensitivity of one user's contribution ``(x x^T, x y)`` in the noise's own metric.
 
-    ``sigma0 = L * sqrt(kappa * (ln(1/delta) + epsilon)) / epsilon``: a Gaussian mechanism
-    composed over the ``kappa`` nodes a user enters.
+    With the symmetric Gram noise of :func:`gaussian_node_noise` (variance ``sigma^2`` on the
+    diagonal, ``sigma^2 / 2`` off it) and ``N(0, sigma^2)`` on the vector, whitening the released
+    upper triangle turns the contribution into a vector of squared norm
+    ``||x||^4 + ||x||^2 y^2``; with ``||x|| <= L`` and ``|y| <= Y`` that is at most
+    ``L^2 (L^2 + Y^2)``. Neighbouring streams differ by one user's contribution (present or
+    zero), the add/remove relation that Opacus also uses.
     """
-    return feature_bound * math.sqrt(levels * (math.log(1.0 / delta) + epsilon)) / epsilon
+    return feature_bound * math.sqrt(feature_bound**2 + reward_bound**2)
 
 
-def amp_sigma(epsilon: float, delta: float, levels: int, horizon: int, num_silos: int,
-              feature_bound: float = 1.0) -> float:
-    """Per-silo noise of SDP by amplification (reference code of Thm 5.3).
+def node_sigma(epsilon: float, delta: float, levels: int, sensitivity: float,
+               copies: int = 1) -> float:
+    """Per-node noise so that ``levels`` releases cost exactly ``(epsilon, delta)``.
 
-    ``sigma0 = L sqrt(kappa ln(1/delta) ln(1 + kappa/(T delta)) ln(M kappa/delta)) / (eps sqrt(M))``
-    with ``T`` the horizon (local steps per silo). The paper's amplification lemma holds for
-    small ``epsilon`` and ``delta`` only.
+    A user's contribution enters at most ``levels`` released nodes; each release is a Gaussian
+    mechanism of sensitivity ``sensitivity`` whose noise is the sum of ``copies`` independent
+    node noises (1 for silo-level LDP, where the server sees each node; the number of nodes in
+    a released sum when only sums leave the shuffler). The composition is ``mu``-GDP with
+    ``mu = sqrt(levels) * sensitivity / (sqrt(copies) * sigma)`` (:mod:`bouquet.privacy.gaussian`).
     """
-    inner = (levels * math.log(1.0 / delta) * math.log(1.0 + levels / (horizon * delta))
-             * math.log(num_silos * levels / delta))
-    return feature_bound * math.sqrt(inner) / (epsilon * math.sqrt(num_silos))
+    if copies < 1:
+        raise ValueError("copies must be >= 1")
+    return sensitivity * math.sqrt(levels) / (gaussian.mu_for(epsilon, delta) * math.sqrt(copies))
 
 
 def shift(sigma: float, levels: int, dim: int, alpha: float, num_silos: int) -> float:
@@ -224,17 +234,3 @@ def shift(sigma: float, levels: int, dim: int, alpha: float, num_silos: int) -> 
     """
     return (math.sqrt(num_silos * levels) * sigma
             * (math.sqrt(levels + math.log(1.0 / alpha)) + math.sqrt(dim)))
-
-
-def zcdp_epsilon(sigma: float, levels: int, delta: float, sensitivity: float) -> float:
-    """(epsilon, delta) of ``levels`` Gaussian releases with ``sigma`` and L2 ``sensitivity``.
-
-    zCDP accounting (Bun & Steinke 2016): ``rho = levels * s^2 / (2 sigma^2)``,
-    ``epsilon = rho + 2 sqrt(rho ln(1/delta))``. With symmetric Gram noise as in
-    :func:`gaussian_node_noise` one user's contribution ``(x x^T, x y)`` has sensitivity
-    ``sqrt(L^4 + L^2 Y^2)`` in the noise's own metric.
-    """
-    if sigma <= 0:
-        return math.inf
-    rho = levels * sensitivity**2 / (2.0 * sigma**2)
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))

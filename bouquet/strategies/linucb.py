@@ -17,12 +17,13 @@ with one node of the distributed tree mechanism (:mod:`bouquet.privacy.tree`):
     silo-level LDP: Gaussian noise ``sigma0`` on every node, calibrated per silo (Thm 5.1);
     ``lambda`` shifts the noisy Gram matrix back to positive definite.
 ``dp-fedlinucb-sdp-amp``
-    shuffle DP by amplification (Thm 5.3): the same nodes with ``sigma0`` smaller by about
-    ``sqrt(M)``; a shuffler hides which silo sent which node.
+    shuffle DP (after Thm 5.3): the same nodes with ``sigma0`` smaller by ``sqrt(M_min)``; a
+    trusted shuffler releases only the sum of at least ``M_min`` nodes (a shuffled multiset of
+    nodes over many users each would not be amplified; see docs/methods/dp-fedlinucb.md).
 ``dp-fedlinucb-sdp-vecsum``
     shuffle DP with a vector-sum protocol (Thm 5.5, :mod:`bouquet.privacy.shuffle`): every user
-    of the node's window is encoded separately; the shuffler merges all silos' messages and the
-    analyser (this strategy) decodes their sum.
+    of the node's window is encoded separately; the shuffler releases the per-coordinate sums of
+    all silos' messages and the analyser (this strategy) decodes them. No verified epsilon.
 
 Regret is the environment's pseudo-regret, which only a simulation knows; silos report their
 cumulative value so that ``metrics.jsonl`` can show it (a deployment has no regret to report).
@@ -31,6 +32,7 @@ cumulative value so that ``metrics.jsonl`` can show it (a deployment has no regr
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -38,11 +40,13 @@ from typing import Any
 import numpy as np
 from flwr.app import MetricRecord, RecordDict
 
-from bouquet.privacy import shuffle, tree
+from bouquet.privacy import ledger, shuffle, tree
 from bouquet.schema import key
 from bouquet.strategies import validation as v
 from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
 from bouquet.strategies.model import to_numpy, to_record
+
+log = logging.getLogger("bouquet")
 
 #: Variants by method name.
 VARIANTS = {
@@ -68,8 +72,11 @@ class LinUCBConfig:
     reward_noise: float = key(0.5, "R: sub-Gaussian reward-noise scale assumed in beta_t", min=0.0)
     regularizer: float = key(
         0.0, "lambda of non-private FedLinUCB; 0 = sqrt(M) as in the reference", min=0.0)
-    feature_bound: float = key(1.0, "L: bound on feature norms (features are unit-normalised)",
-                               min=1e-9)
+    feature_bound: float = key(
+        1.0, "L: features are clipped to norm L before entering private statistics", min=1e-9)
+    num_silos: int = key(
+        0, "M: silos the operator runs (calibrates noise and shift); required by the private "
+        "variants; 0 = the nodes known at round 1 (fedlinucb only)", min=0)
     max_step_regret: float = key(
         2.0, "plausibility bound on one step's pseudo-regret (mean rewards of the built-in "
         "environments lie in [-1, 1]); a silo's cum-regret may not grow faster", min=0.0)
@@ -86,11 +93,14 @@ class DPLinUCBConfig:
         1.0, "Y: rewards are clipped to [-Y, Y] before entering private statistics", min=1e-9)
     vecsum_scale: float = key(1.0, "scale of the vector-sum protocol's noise bits (reference: 1)",
                               min=1e-9)
+    min_silos: int = key(
+        0, "SDP variants: fewest silos whose messages the shuffler releases as one sum (the "
+        "noise is calibrated for this many); 0 = linucb.num-silos", min=0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """Everything both sides derive from the config for one run.
+    """Everything both sides derive from the operator's config for one run.
 
     Attributes
     ----------
@@ -116,7 +126,13 @@ class Protocol:
     reward_bound : float
         Rewards are clipped to ``[-Y, Y]`` in private statistics (``inf``: no clipping).
     feature_bound : float
-        ``L``.
+        ``L``: features are clipped to norm ``L`` in private statistics.
+    vecsum_scale : float
+        Scale of the vector-sum protocol's noise bits.
+    min_silos : int
+        SDP variants: fewest silos in a released sum (the noise is calibrated for them).
+    sensitivity : float
+        L2 sensitivity of one user's contribution (:func:`bouquet.privacy.tree.user_sensitivity`).
 
     """
 
@@ -133,6 +149,8 @@ class Protocol:
     reward_bound: float
     feature_bound: float
     vecsum_scale: float = 1.0
+    min_silos: int = 1
+    sensitivity: float = 0.0
 
     @property
     def private(self) -> bool:
@@ -143,6 +161,11 @@ class Protocol:
     def horizon(self) -> int:
         """``T``: steps per silo."""
         return self.horizon_rounds * self.batch
+
+    @property
+    def copies(self) -> int:
+        """Independent node noises in each value the server receives (1 for LDP)."""
+        return self.min_silos if self.variant == "sdp-amp" else 1
 
     def window_users(self, k: int) -> int:
         """Users one silo has in the node of sync ``k`` (``2**l B``)."""
@@ -159,20 +182,35 @@ class Protocol:
 
 def make_protocol(variant: str, lin: LinUCBConfig, dp: DPLinUCBConfig | None, dim: int,
                   num_silos: int, horizon_rounds: int) -> Protocol:
-    """Derive the :class:`Protocol` (calibrations of the reference code, see the docs)."""
+    """Derive the :class:`Protocol` from the operator's configuration (see the docs).
+
+    Tree variants: the per-node noise makes ``kappa`` releases of one user's contribution cost
+    exactly the target ``(epsilon, delta)`` (:func:`bouquet.privacy.tree.node_sigma`); for
+    ``sdp-amp`` a released value is the shuffler's sum of at least ``min_silos`` nodes, so each
+    node needs ``1/sqrt(min_silos)`` of that noise. Raises ``ValueError`` for settings under which
+    the guarantee would not hold.
+    """
     levels = tree.num_levels(horizon_rounds)
     bound = lin.feature_bound
     if variant == "none" or dp is None:
         lam = lin.regularizer or math.sqrt(num_silos)
         return Protocol("none", dim, num_silos, lin.batch_steps, horizon_rounds, levels, 0.0,
                         lam, 0.0, 0.0, math.inf, bound)
+    if num_silos < 1:
+        raise ValueError("linucb.num-silos must be set (>= 1) for the private variants: the noise "
+                         "is calibrated for the silos the operator runs, never for what nodes "
+                         "report")
+    min_silos = dp.min_silos or num_silos
+    if min_silos > num_silos:
+        raise ValueError(f"dp-linucb.min-silos ({min_silos}) exceeds linucb.num-silos "
+                         f"({num_silos})")
     eps, delta = dp.epsilon, dp.delta
+    sens = tree.user_sensitivity(bound, dp.reward_bound)
     if variant == "ldp":
-        sigma = tree.ldp_sigma(eps, delta, levels, bound)
+        sigma = tree.node_sigma(eps, delta, levels, sens)
         lam = tree.shift(sigma, levels, dim, lin.alpha, num_silos)
     elif variant == "sdp-amp":
-        sigma = tree.amp_sigma(eps, delta, levels, horizon_rounds * lin.batch_steps, num_silos,
-                               bound)
+        sigma = tree.node_sigma(eps, delta, levels, sens, copies=min_silos)
         lam = tree.shift(sigma, levels, dim, lin.alpha, num_silos)
     elif variant == "sdp-vecsum":
         sigma = (bound * math.sqrt(levels * math.log(1.0 / delta))
@@ -181,7 +219,7 @@ def make_protocol(variant: str, lin: LinUCBConfig, dp: DPLinUCBConfig | None, di
     else:
         raise ValueError(f"unknown variant {variant!r}")
     return Protocol(variant, dim, num_silos, lin.batch_steps, horizon_rounds, levels, sigma, lam,
-                    eps, delta, dp.reward_bound, bound, dp.vecsum_scale)
+                    eps, delta, dp.reward_bound, bound, dp.vecsum_scale, min_silos, sens)
 
 
 def confidence_radius(t: int, proto: Protocol, lin: LinUCBConfig) -> float:
@@ -205,8 +243,22 @@ def horizon_of(lin: LinUCBConfig, num_server_rounds: int) -> int:
     return lin.horizon_rounds or num_server_rounds
 
 
+#: Round-config keys the server announces and every silo checks against its own config.
+ANNOUNCED = ("num-silos", "horizon-rounds", "batch-steps")
+
+
+def announced_values(proto: Protocol) -> dict[str, int]:
+    """What the server announces each round (a silo refuses values that differ from its own)."""
+    return {"num-silos": proto.num_silos, "horizon-rounds": proto.horizon_rounds,
+            "batch-steps": proto.batch}
+
+
 class FedLinUCB(BouquetStrategy):
     """Server of (private) federated LinUCB: sums tree nodes per level, broadcasts prefixes.
+
+    Everything that calibrates noise (``M``, the horizon, ``B``, the bounds) comes from the
+    operator's configuration; what nodes report (partition ids at hello, the number of nodes
+    online) never enters it. Partitions outside ``0..M-1`` are not asked to train.
 
     Parameters
     ----------
@@ -233,9 +285,22 @@ class FedLinUCB(BouquetStrategy):
                 f"linucb.horizon-rounds ({self.horizon_rounds}): the privacy calibration would "
                 "not cover the extra synchronisations")
         self.levels = tree.num_levels(self.horizon_rounds)
-        self.num_silos = 0
+        self.num_silos = self.lin.num_silos
         self.proto: Protocol | None = None
+        if self.num_silos or variant != "none":
+            # private variants: fixed now, from the operator's config (raises if it is missing)
+            self.proto = make_protocol(variant, self.lin, self.dp, self.dim, self.num_silos,
+                                       self.horizon_rounds)
+            asked = math.ceil(self.common.fraction_train * self.num_silos)
+            if variant in ("sdp-amp", "sdp-vecsum") and asked < self.proto.min_silos:
+                raise ValueError(
+                    f"fraction-train {self.common.fraction_train:g} asks {asked} of "
+                    f"{self.num_silos} silos per round, fewer than dp-linucb.min-silos "
+                    f"({self.proto.min_silos}): the shuffler would never release a sum")
         self.tree = tree.ServerTree.empty(self.levels, tree.stats_size(self.dim))
+        self.ledger = ledger.TreeLedger(max(self.num_silos, 0))
+        #: last round whose silos were asked (the LDP epsilon counts syncs 1..this)
+        self.rounds_done = 0
         self.cum_regret: dict[int, float] = {}
 
     # ------------------------------------------------------------------ protocol
@@ -246,22 +311,34 @@ class FedLinUCB(BouquetStrategy):
         return self.proto
 
     def _fix_silos(self) -> None:
-        if self.proto is None:
-            known = sorted(self.partitions.values())
-            self.num_silos = max(len(known), (known[-1] + 1) if known else 1)
+        if self.proto is None:  # fedlinucb without linucb.num-silos: lambda = sqrt(nodes known)
+            self.num_silos = max(len(self.partitions), 1)
+            self.ledger = ledger.TreeLedger(self.num_silos)
             self.proto = make_protocol(self.variant, self.lin, self.dp, self.dim, self.num_silos,
                                        self.horizon_rounds)
+
+    def choose_partitions(self, rnd: int, available: list[int]) -> list[int]:
+        """Private variants: only partitions ``0..M-1`` (``M`` from the config) take part."""
+        if self.variant != "none":
+            outside = [p for p in available if not 0 <= p < self.num_silos]
+            if outside:
+                log.warning("round %d: partitions %s are outside linucb.num-silos = %d and are "
+                            "not asked", rnd, outside, self.num_silos)
+            available = [p for p in available if 0 <= p < self.num_silos]
+        return super().choose_partitions(rnd, available)
 
     # ------------------------------------------------------------------ round
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Broadcast the prefix estimate over batches ``1..rnd-1`` to every silo."""
         self._fix_silos()
+        proto = self.protocol()
+        self.rounds_done = max(self.rounds_done, rnd)  # asked silos may release at rnd
         gram, vec = tree.unpack(self.tree.prefix(rnd - 1), self.dim)
         out = {}
         for pid in partitions:
             cfg = self.base_config(rnd)
-            cfg["num-silos"] = self.num_silos
-            cfg["horizon-rounds"] = self.horizon_rounds
+            for name, value in announced_values(proto).items():
+                cfg[name] = value
             out[pid] = RecordDict({"global": to_record({"gram": gram, "vec": vec}),
                                    "config": cfg})
         return out
@@ -284,8 +361,10 @@ class FedLinUCB(BouquetStrategy):
             rows = proto.window_users(rnd)
             codes = v.arrays(content, "node", {
                 "codes": ((rows, shuffle.num_coordinates(self.dim)), np.int32)})["codes"]
-            if codes.min() < 0 or codes.max() > params.max_code():
-                raise v.InvalidReply(f"node/codes: values outside 0..{params.max_code()}")
+            try:
+                params.check(codes)
+            except ValueError as exc:
+                raise v.InvalidReply(f"node/codes: {exc}") from None
         else:
             d = self.dim
             arrays = v.arrays(content, "node", {"gram": ((d, d), np.float64),
@@ -310,27 +389,78 @@ class FedLinUCB(BouquetStrategy):
         v.metric(content, "cum-regret", min=last - 1e-9, max=most + 1e-9)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
-        """Sum the nodes of this sync's level (through the shuffler for VecSum); log regret."""
-        proto = self.protocol()
-        if self.variant == "sdp-vecsum":
-            codes = [r.content["node"]["codes"].numpy() for r in replies]  # type: ignore[index,union-attr]
-            mixed = shuffle.Shuffler(np.random.default_rng([self.common.seed, rnd, 0x5F])).shuffle(
-                codes)
-            gram, vec = shuffle.rows_to_stats(proto.vecsum_params(rnd).analyse(mixed), self.dim)
-            total = tree.pack(gram, vec)
+        """Sum the nodes of this sync's level (SDP: through the shuffler, sums only); log regret."""
+        total: np.ndarray | None
+        if self.variant in ("sdp-amp", "sdp-vecsum"):
+            total = self._through_shuffler(rnd, replies)
         else:
             total = np.zeros(tree.stats_size(self.dim))
             for r in replies:
                 arrays = to_numpy(r.content["node"])  # type: ignore[arg-type]
                 total += tree.pack(arrays["gram"], arrays["vec"])
-        self.tree.store(rnd, total)
+        if total is not None:
+            self.tree.store(rnd, total)
         for r in replies:
             self.cum_regret[r.partition_id] = float(
                 r.content["metrics"]["cum-regret"])  # type: ignore[index,arg-type]
         return self.round_metrics(rnd)
 
+    def _through_shuffler(self, rnd: int, replies: list[NodeReply]) -> np.ndarray | None:
+        """Hand every message to the shuffler; return the analysed sum (None: not released)."""
+        proto = self.protocol()
+        vecsum = self.variant == "sdp-vecsum"
+        size = shuffle.num_coordinates(self.dim) if vecsum else tree.stats_size(self.dim)
+        shuffler = shuffle.SumShuffler(size, proto.min_silos)
+        for r in replies:
+            node = r.content["node"]
+            if vecsum:
+                shuffler.submit(r.partition_id, node["codes"].numpy())  # type: ignore[index,union-attr]
+            else:
+                shuffler.submit(r.partition_id, tree.pack(
+                    node["gram"].numpy(), node["vec"].numpy()))  # type: ignore[index,union-attr]
+        released = shuffler.release()
+        if released is None:
+            log.warning("round %d: %d silo message(s), fewer than the %d the noise is calibrated "
+                        "for; the shuffler releases nothing", rnd, len(replies), proto.min_silos)
+            return None
+        sums, rows, senders = released
+        if not vecsum:
+            self.ledger.record(rnd, senders, copies=len(senders))
+            return sums
+        gram, vec = shuffle.rows_to_stats(proto.vecsum_params(rnd).analyse(sums, rows), self.dim)
+        return tree.pack(gram, vec)
+
+    def privacy(self) -> dict[str, Any]:
+        """Epsilon of the noise actually added, per silo and for the run (tree variants)."""
+        proto = self.protocol()
+        if self.variant == "sdp-vecsum":
+            return {"epsilon": None, "delta": proto.delta, "verified": False,
+                    "claimed_epsilon": proto.epsilon,
+                    "note": "vector-sum protocol with the reference code's constants; no "
+                            "verified bound is computed (docs/methods/dp-fedlinucb.md)"}
+        book = self.ledger
+        if self.variant == "ldp":
+            # the server sees every node on its own; count a release by every silo at every sync
+            # so far (an upper bound: a node rejected or late was still seen, a silo not asked
+            # released less)
+            book = ledger.TreeLedger.everyone(self.num_silos, self.rounds_done)
+        per_silo = book.epsilons(proto.sensitivity, proto.sigma, proto.delta)
+        out: dict[str, Any] = {
+            "epsilon": max(per_silo.values(), default=0.0), "delta": proto.delta,
+            "per_silo": {str(k): e for k, e in per_silo.items()},
+            "target_epsilon": proto.epsilon, "sigma": proto.sigma,
+            "sensitivity": proto.sensitivity, "accountant": "exact Gaussian (GDP)",
+            "verified": True}
+        if self.variant == "sdp-amp":
+            # what the silos' nodes would cost if the shuffler handed them to the server
+            alone = ledger.TreeLedger(self.num_silos, self.ledger.syncs,
+                                      [1] * len(self.ledger.syncs), self.ledger.members)
+            out["epsilon_without_shuffler"] = max(
+                alone.epsilons(proto.sensitivity, proto.sigma, proto.delta).values(), default=0.0)
+        return out
+
     def round_metrics(self, rnd: int) -> dict[str, float]:
-        """Total and per-silo cumulative regret, the time average, and the privacy target."""
+        """Regret (total, per silo, time average) and the privacy spent so far."""
         proto = self.protocol()
         t = rnd * proto.batch
         total = sum(self.cum_regret.values())
@@ -339,7 +469,13 @@ class FedLinUCB(BouquetStrategy):
         for pid in sorted(self.cum_regret):
             out[f"regret_silo{pid}"] = self.cum_regret[pid]
         if proto.private:
-            out["epsilon"] = proto.epsilon
+            priv = self.privacy()
+            if priv["epsilon"] is not None:
+                out["epsilon"] = float(priv["epsilon"])
+                for pid, eps in priv["per_silo"].items():
+                    out[f"epsilon_silo{pid}"] = float(eps)
+            else:
+                out["epsilon_claimed"] = proto.epsilon
             out["delta"] = proto.delta
             out["sigma"] = proto.sigma
         return out
@@ -348,21 +484,32 @@ class FedLinUCB(BouquetStrategy):
         """``final.regret`` in summary.json is the time-averaged cumulative regret."""
         return ("regret",)
 
+    def summary_extras(self) -> dict[str, dict[str, Any]]:
+        """``privacy`` in summary.json: the spent epsilon per silo and how it was computed."""
+        if self.proto is None or not self.proto.private:
+            return {}
+        return {"privacy": self.privacy()}
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Return the base state, the level sums, the number of silos and the silos' regrets."""
+        """Return the base state, the level sums, the ledger, ``M`` and the silos' regrets."""
         return {**super().state_dict(), "tree": self.tree.state(), "num_silos": self.num_silos,
+                "ledger": self.ledger.state(),
                 "cum_regret": {str(k): val for k, val in self.cum_regret.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict` (``M`` must match the config for private variants)."""
         super().load_state_dict(state)
         self.tree = tree.ServerTree.from_state(state["tree"])
-        self.num_silos = int(state["num_silos"])
+        saved = int(state["num_silos"])
+        if self.variant != "none" and saved != self.num_silos:
+            raise ValueError(f"checkpoint has {saved} silos, linucb.num-silos is {self.num_silos}")
+        self.num_silos = saved
         self.proto = None
         if self.num_silos:
             self.proto = make_protocol(self.variant, self.lin, self.dp, self.dim, self.num_silos,
                                        self.horizon_rounds)
+        self.ledger = ledger.TreeLedger.from_state(self.num_silos, state["ledger"])
         self.cum_regret = {int(k): float(val) for k, val in state["cum_regret"].items()}
 
 

@@ -10,8 +10,8 @@ from bouquet.strategies.linucb import DPLinUCBConfig, LinUCBConfig
 PAPER = ("Zhou & Chowdhury, On Differentially Private Federated Linear Contextual Bandits, "
          "ICLR 2024 (arXiv:2302.13945)")
 #: Conformance runs: 4 silos' worth of tiny syncs, horizon fixed so resumes plan the same tree.
-TEST_CONFIG = {"linucb.batch-steps": 5, "linucb.horizon-rounds": 8, "synth-bandit.arms": 8,
-               "synth-bandit.dim": 4}
+TEST_CONFIG = {"linucb.batch-steps": 5, "linucb.horizon-rounds": 8, "linucb.num-silos": 4,
+               "synth-bandit.arms": 8, "synth-bandit.dim": 4}
 BAD_REPLIES = "bouquet.strategies.linucb:bad_replies"
 CLIENTS = "bouquet.clients.linucb"
 
@@ -45,8 +45,8 @@ METHODS = [
     ),
     Method(
         name="dp-fedlinucb-sdp-amp",
-        description="FedLinUCB with shuffle DP by amplification (tree nodes through a trusted "
-        "shuffler)",
+        description="FedLinUCB with shuffle DP: smaller tree-node noise, a trusted shuffler "
+        "releases only their sum",
         strategy="bouquet.strategies.linucb:build_sdp_amp",
         client=f"{CLIENTS}:SDPAmpFedLinUCBClient",
         default_task="synth-bandit",
