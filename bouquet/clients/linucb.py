@@ -24,18 +24,23 @@ node config (``--node-config 'num-silos=<M>'``) or else ``linucb.num-silos``, th
 the bounds from the run config. The server announces ``num-silos``, ``horizon-rounds`` and
 ``batch-steps`` each round; a silo refuses (error reply) to answer when they differ from its own.
 
-Noise is drawn from ``(seed, partition, round)`` for reproducible simulations. In a deployment
-the seed is public, so every SuperNode must add a secret: ``--node-config 'dp-secret=<random
-integer>'`` (the noise is then unpredictable to the server).
+Noise is drawn from ``(seed, partition, round)`` mixed with a secret the server never sees: the
+node's ``dp-seed`` (node config; the in-process grid sets one per node for reproducible
+simulations; ``dp-secret`` is the older name), else a random 63-bit secret drawn from OS entropy
+on first use and kept in ``context.state`` (and so in node memory on disk, so that a restarted
+silo regenerates the same noise for the same tree node instead of releasing a second draw).
 """
 
 from __future__ import annotations
+
+import secrets
 
 import numpy as np
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
 from bouquet.privacy import shuffle, tree
+from bouquet.privacy.dp_config import DP_SEED_KEY
 from bouquet.strategies.linucb import (
     LinUCBConfig,
     Protocol,
@@ -109,10 +114,26 @@ def own_num_silos(context: Context, lin: LinUCBConfig) -> int:
     return int(raw) if raw is not None else lin.num_silos  # type: ignore[arg-type]
 
 
+def node_secret(context: Context) -> int:
+    """The silo's noise secret: node config ``dp-seed`` / ``dp-secret``, else a kept random one.
+
+    Without it the noise would be a function of the public run seed, partition and round, which
+    the server could regenerate and subtract (no privacy against the server at all).
+    """
+    for name in (DP_SEED_KEY, "dp-secret"):
+        if name in context.node_config:
+            return int(context.node_config[name])  # type: ignore[arg-type]
+    state = NodeState(context, "linucb")
+    kept = state.values("noise-secret")
+    if "secret" not in kept:
+        kept = {"secret": secrets.randbits(63)}
+        state.set_values("noise-secret", kept)
+    return int(kept["secret"])
+
+
 def noise_rng(context: Context, seed: int, partition_id: int, rnd: int) -> np.random.Generator:
-    """Return the silo's noise generator: seeded, plus the node's ``dp-secret`` when configured."""
-    secret = int(context.node_config.get("dp-secret", 0))  # type: ignore[arg-type]
-    return np.random.default_rng([seed, partition_id, rnd, 0xD9, secret])
+    """Return the silo's noise generator (public coordinates mixed with :func:`node_secret`)."""
+    return np.random.default_rng([seed, partition_id, rnd, 0xD9, node_secret(context)])
 
 
 class FedLinUCBClient(ClientProcedure):

@@ -494,7 +494,7 @@ class FedLinUCB(BouquetStrategy):
     def state_dict(self) -> dict[str, Any]:
         """Return the base state, the level sums, the ledger, ``M`` and the silos' regrets."""
         return {**super().state_dict(), "tree": self.tree.state(), "num_silos": self.num_silos,
-                "ledger": self.ledger.state(),
+                "ledger": self.ledger.state(), "rounds_done": self.rounds_done,
                 "cum_regret": {str(k): val for k, val in self.cum_regret.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -511,6 +511,8 @@ class FedLinUCB(BouquetStrategy):
                                        self.horizon_rounds)
         self.ledger = ledger.TreeLedger.from_state(self.num_silos, state["ledger"])
         self.cum_regret = {int(k): float(val) for k, val in state["cum_regret"].items()}
+        # the syncs asked so far are charged to every silo (LDP): a resumed server keeps them
+        self.rounds_done = int(state.get("rounds_done", 0))
 
 
 # ---------------------------------------------------------------------- factories

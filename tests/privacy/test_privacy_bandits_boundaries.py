@@ -146,3 +146,34 @@ def test_sdp_refuses_a_sampling_rate_below_its_floor(tmp_path: Path, method: str
         build_strategy(resolve(grid.run_config), None)
     ok = _grid(tmp_path, method, 4, **{"fraction-train": 0.5, "dp-linucb.min-silos": 2})
     build_strategy(resolve(ok.run_config), None)
+
+
+def test_silo_noise_is_not_a_function_of_public_values() -> None:
+    """Without a node secret, two silos with the same public coordinates draw different noise,
+    and one silo keeps its secret (the same tree node is never drawn twice differently)."""
+    from flwr.app import Context, RecordDict
+
+    from bouquet.clients.linucb import noise_rng
+
+    def ctx() -> Context:
+        return Context(1, 1, {"partition-id": 0, "num-partitions": 2}, RecordDict(), {})
+
+    a, b = ctx(), ctx()
+    draw_a = noise_rng(a, 0, 0, 3).standard_normal(4)
+    assert not np.array_equal(draw_a, noise_rng(b, 0, 0, 3).standard_normal(4))
+    np.testing.assert_array_equal(draw_a, noise_rng(a, 0, 0, 3).standard_normal(4))
+
+
+def test_a_resumed_ldp_server_still_charges_the_earlier_syncs(tmp_path: Path) -> None:
+    """A server restored from a checkpoint that stops before its first new round must still
+    report the privacy spent in the checkpointed rounds (not 0)."""
+    from conformance_kit import build
+
+    grid, strategy = build("dp-fedlinucb-ldp", tmp_path, **{"fraction-train": 1.0})
+    for rnd in (1, 2):
+        strategy.train_round(grid, rnd)
+    spent = strategy.summary_extras()["privacy"]["epsilon"]
+    assert spent > 0
+    _, fresh = build("dp-fedlinucb-ldp", tmp_path / "again", **{"fraction-train": 1.0})
+    fresh.load_state_dict(strategy.state_dict())
+    assert fresh.summary_extras()["privacy"]["epsilon"] == spent
