@@ -32,11 +32,12 @@ def check_task_fits_method(cfg: RunConfig) -> None:
 def check_partition(cfg: RunConfig, num_nodes: int) -> None:
     """Make node 0's share for ``num_nodes`` nodes; refuse a partition that cannot be made.
 
-    Skipped where the task's packages are not importable here (the nodes will say).
+    Skipped where the task cannot be loaded here (its packages or data are on the nodes only;
+    the nodes will say).
     """
     try:
         task = get_task(cfg.task_name).load()
-    except ImportError:
+    except Exception:  # not loadable on this machine: the nodes will report it
         return
     if not hasattr(task, "num_examples"):
         return

@@ -58,13 +58,12 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
 def resume_overrides(run_dir: Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The saved configuration of ``run_dir`` with ``overrides`` on top (the keys to send).
 
-    Keys of :data:`MAY_CHANGE` other than ``num-server-rounds`` are not taken from the saved run
-    (the folder is given by ``resume-from``); keys the schema no longer has are dropped.
+    Every saved key comes back but ``resume-from`` (the folder given now) and ``preset`` (its
+    values are saved as keys already); keys the schema no longer has are dropped.
     """
     specs = all_keys()
     saved = saved_config(run_dir)
-    out = {k: v for k, v in saved.items()
-           if k in specs and (k not in MAY_CHANGE or k == "num-server-rounds")}
+    out = {k: v for k, v in saved.items() if k in specs and k not in ("resume-from", "preset")}
     out.update(overrides)
     out["resume-from"] = str(run_dir)
     return out

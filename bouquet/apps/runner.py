@@ -215,13 +215,13 @@ def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | Non
     cfg = resolve(run_config, explicit)
     if explicit is not None:
         node_view_agrees(run_config, cfg)
-    check_fit(cfg, num_nodes)
     run_dir = run_dir_for(cfg)
     resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     if resumed is not None:
         check_resume(cfg, run_dir, resumed[2])
     elif cfg.common.run_name:
         refuse_reused_folder(run_dir)
+    check_fit(cfg, num_nodes)
     return cfg, run_dir, resumed
 
 
