@@ -12,6 +12,7 @@ from typing import Any
 from bouquet.apps.config import ConfigError, all_keys, pin_presets, resolve
 from bouquet.apps.registry import methods, tasks
 from bouquet.apps.results import default_results_dir
+from bouquet.strategies.checkpoint import CheckpointError
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -234,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"bouquet: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointError as exc:
+        print(f"bouquet: cannot resume: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bouquet: interrupted; every process started was stopped", file=sys.stderr)

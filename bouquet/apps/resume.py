@@ -20,6 +20,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from bouquet.apps.config import ConfigError, RunConfig, all_keys
+from bouquet.apps.simulation import run_config_arg
 
 CONFIG_FILE = "config.yaml"
 
@@ -101,7 +102,7 @@ def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> Non
             )
     saved = saved_config(run_dir)
     specs = all_keys()
-    differ = []
+    differ, names = [], []
     for k in sorted(set(saved) | set(cfg.flat)):
         if k in MAY_CHANGE:
             continue
@@ -109,9 +110,12 @@ def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> Non
         before = saved.get(k, specs[k].default if k in specs else None)
         if now != before:
             differ.append(f"{k}={now!r} (saved: {before!r})")
+            names.append(k)
     if differ:
+        keep = {k: saved[k] for k in names if k in saved}
         raise ConfigError(
             f"resume-from: this run's configuration differs from the one {run_dir} was started "
             f"with: {', '.join(differ)}. `bouquet run --resume DIR` restores the saved "
-            f"configuration; only {', '.join(sorted(MAY_CHANGE - {'resume-from'}))} may change"
+            f"configuration; with flwr run add --run-config \"{run_config_arg(keep)}\". Only "
+            f"{', '.join(sorted(MAY_CHANGE - {'resume-from'}))} may change"
         )
