@@ -87,10 +87,18 @@ def test_key_of_a_section_the_method_does_not_read_is_an_error(explicit: list[st
     assert "method ffa-lora" in text  # names the methods that do read it
 
 
-def test_explicit_default_of_an_unread_section_is_an_error_too() -> None:
-    with pytest.raises(ConfigError, match="dp.enabled"):
-        resolve({"method": "scafcom", "dp.enabled": False}, explicit=["dp.enabled"])
-    resolve({"method": "scafcom", "dp.enabled": False})  # nodes cannot see it: no error there
+def test_unread_key_from_a_preset_is_an_error(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "private.yaml").write_text("dp:\n  enabled: true\n")
+    monkeypatch.setattr(config_mod, "CONF_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="preset private: key 'dp.enabled'"):
+        resolve({"method": "scafcom", "preset": "private"})
+
+
+def test_unread_key_at_its_default_changes_nothing_and_passes() -> None:
+    """``dp.enabled=false`` on scafcom is what happens anyway; a full run config holds it too."""
+    cfg = resolve({"method": "scafcom", "dp.enabled": False}, explicit=["dp.enabled"])
+    assert "dp.enabled" not in cfg.flat
 
 
 def test_task_key_of_another_task_names_the_task_that_reads_it() -> None:

@@ -15,8 +15,8 @@ preset there: :func:`pin_presets` turns the presets into explicit keys before Fl
 (``bouquet run`` does this), and the server refuses a run where nodes and server would disagree.
 
 An unknown key, a wrong type, an out-of-range value or a key that neither the chosen method nor
-the chosen task reads raises :class:`ConfigError` naming the key and what is allowed (or which
-methods read it), before any node is contacted.
+the chosen task reads, set to anything but its default, raises :class:`ConfigError` naming the
+key and what is allowed (or which methods and tasks read it), before any node is contacted.
 
 Run ``python -m bouquet.apps.config --sync-pyproject`` after adding a key: Flower only accepts
 ``--run-config`` keys that exist in ``[tool.flwr.app.config]``, so that table is generated from the
@@ -255,9 +255,11 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
     own = common_keys()
     for prefix in sections:
         own |= {s.name for s in section_keys(type(sections[prefix]), prefix)}
-    for origin, layer in layers:  # a key nobody in this run reads is a mistake, never dropped
-        for name in layer:
-            if name not in own:
+    # A key nobody in this run reads, set to anything but its default, is a mistake: it would
+    # be dropped without a word. (At its default it changes nothing, explicit or not.)
+    for origin, layer in layers:
+        for name, value in layer.items():
+            if name not in own and specs[name].check(value) != specs[name].default:
                 raise _not_read(name, origin, method, task_name)
     return RunConfig(
         common=common,

@@ -19,8 +19,9 @@ the `preset` < explicit values, where a key you set counts as explicit even when
 the default (`bouquet run` pins presets into explicit keys before start; plain `flwr run` refuses a
 preset that would override a key you set to its default, since nodes cannot see the difference).
 Keys with a prefix belong to a method, a task or a shared section (`dp.*`); a run uses the
-sections of its method and task, and a key of any other section is an error that names the
-methods and tasks that read it (it would otherwise be silently ignored).
+sections of its method and task, and a key of any other section set to anything but its default
+is an error that names the methods and tasks that read it (it would otherwise be silently
+ignored).
 """
 
 
