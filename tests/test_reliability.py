@@ -108,6 +108,20 @@ def test_resumed_run_equals_uninterrupted_run(name: str, tmp_path: Path) -> None
     assert lines(resumed) == lines(full)
 
 
+def test_unnamed_run_resumed_through_plain_flwr_run_keeps_node_state(tmp_path: Path) -> None:
+    """``flwr run`` without ``run-name``, then ``resume-from``: nodes find their state again.
+
+    The nodes must file their state where the server's run folder is, under a name both compute
+    (config + Flower run id); SCAFCOM's control variates and momentum live there.
+    """
+    over = {"num-server-rounds": 3, "fraction-train": 1.0}
+    full = run(config("scafcom", tmp_path, **over, **{"run-name": "full"}))
+    part = run(config("scafcom", tmp_path, **{**over, "num-server-rounds": 2}))
+    assert (part.parent / "client-state").is_dir()
+    resumed = run(config("scafcom", tmp_path, **over, **{"resume-from": str(part.parent)}))
+    assert lines(resumed) == lines(full)
+
+
 def test_without_node_memory_a_resumed_bandit_run_diverges(tmp_path: Path) -> None:
     """The check above can fail: the same resume with node memory off gives other numbers."""
     name = "dp-fedlinucb-ldp"

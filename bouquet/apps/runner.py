@@ -25,7 +25,7 @@ from bouquet.apps.config import (
     resolve,
 )
 from bouquet.apps.registry import get_task
-from bouquet.apps.results import ResultsWriter, default_results_dir
+from bouquet.apps.results import ResultsWriter, default_results_dir, default_run_name
 from bouquet.apps.resume import check_resume, checkpoint_identity
 from bouquet.strategies.base import (
     INIT_ACTION,
@@ -45,17 +45,22 @@ def say(text: str) -> None:
     print(f"[bouquet] {text}", flush=True)
 
 
-def run_dir_for(cfg: RunConfig) -> Path:
-    """The folder of this run (``resume-from`` reuses the given folder)."""
+def run_dir_for(cfg: RunConfig, run_id: int | None = None) -> Path:
+    """The folder of this run (``resume-from`` reuses the given folder).
+
+    An unnamed run is named from its config and Flower's ``run_id``, as the nodes name it; without
+    a run id (a caller outside a run) the time is used instead.
+    """
     if cfg.common.resume_from:
         return Path(cfg.common.resume_from).expanduser().resolve()
     base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
         else default_results_dir()
-    name = cfg.common.run_name or (
-        f"{cfg.method.name}-{cfg.task_name}-s{cfg.common.seed}-"
-        f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    )
-    return base / name
+    if cfg.common.run_name:
+        return base / cfg.common.run_name
+    if run_id is not None:
+        return base / default_run_name(cfg.method.name, cfg.task_name, cfg.common.seed, run_id)
+    return base / (f"{cfg.method.name}-{cfg.task_name}-s{cfg.common.seed}-"
+                   f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
 
 
 #: Files whose presence (non-empty) means a folder already holds rounds of a run.
@@ -74,6 +79,15 @@ def refuse_reused_folder(run_dir: Path) -> None:
             f"run-name: {run_dir} already holds a run ({', '.join(used)}); choose another "
             f"run-name, or continue that run with resume-from='{run_dir}'"
         )
+
+
+def flower_run_id(grid: Grid) -> int | None:
+    """Flower's id of the run on ``grid`` (None for a grid without a run object)."""
+    try:
+        run_id = grid.run.run_id
+    except Exception:  # tests' fakes
+        return None
+    return run_id if isinstance(run_id, int) else None
 
 
 def explicit_keys(grid: Grid) -> Collection[str] | None:
@@ -203,7 +217,7 @@ def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, hea
 
 
 def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | None,
-                  num_nodes: int | None = None
+                  num_nodes: int | None = None, run_id: int | None = None
                   ) -> tuple[RunConfig, Path, tuple[int, dict[str, Any], dict[str, Any]] | None]:
     """Every check that needs no node: config, run folder, checkpoint, method/task/partition.
 
@@ -215,7 +229,7 @@ def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | Non
     cfg = resolve(run_config, explicit)
     if explicit is not None:
         node_view_agrees(run_config, cfg)
-    run_dir = run_dir_for(cfg)
+    run_dir = run_dir_for(cfg, run_id)
     resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     if resumed is not None:
         check_resume(cfg, run_dir, resumed[2])
@@ -232,7 +246,8 @@ def precheck(overrides: Mapping[str, Any], num_nodes: int | None = None) -> RunC
 
 def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     """Run a whole federated run on ``grid``; return the path of ``summary.json``."""
-    cfg, run_dir, resumed = checked_start(run_config, explicit_keys(grid))
+    cfg, run_dir, resumed = checked_start(run_config, explicit_keys(grid),
+                                          run_id=flower_run_id(grid))
     task = load_server_task(cfg)
     mode = evaluation_mode(cfg, task)
     meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
