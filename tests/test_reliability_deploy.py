@@ -98,9 +98,8 @@ def test_fleet_survives_node_death_restart_and_an_intruder(tmp_path: Path) -> No
 def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
     """The SuperLink restarts during round 2: nodes come back by themselves, the resume works.
 
-    Flower's SuperNodes exit (code 0) when their SuperLink goes away, so ``Restart=on-failure``
-    would never bring them back; the fleet supervises them (``Restart=always``) and the
-    SuperLink keeps its database, so the same keys and node ids are accepted again.
+    With an in-memory SuperLink the SuperNodes are forgotten and exit (code 0); the fleet's
+    SuperLink keeps a database, so they reconnect with the same keys and node ids.
     """
     cfg: dict[str, Any] = {"method": "fedavg", "num-server-rounds": 3, "local-steps": 2,
                            "round-timeout": 30.0, "sample-deadline": 120.0,
@@ -125,11 +124,9 @@ def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
             time.sleep(3)
         online = fleet.online_nodes()
         summary = fleet.run({**cfg, "resume-from": str(run_dir)}, timeout=600)
-        respawns = dict(fleet.respawns)
         pids = [p.pid for p in fleet.procs.values()]
     assert "first" not in out  # the first attempt did not finish
     assert online == 2
-    assert sum(respawns.values()) >= 1
     s = json.loads(summary.read_text())
     assert s["rounds"] == 3 and "stopped" not in s
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -13,9 +13,8 @@ What it does, in order:
 5. stops every process it started, by PID, also on failure or Ctrl-C.
 
 The SuperLink keeps its state in ``<fleet>/superlink.db`` (``--database``: runs, registered
-keys, node ids), so :meth:`LocalFleet.restart_superlink` brings back the same federation; while
-the fleet is up, a supervisor thread starts again every SuperNode process that exited (a SuperNode
-exits, with code 0, when its SuperLink goes away), as ``Restart=always`` does under systemd.
+keys, node ids), so after :meth:`LocalFleet.restart_superlink` the SuperNodes reconnect and are
+accepted with the same keys and node ids (an in-memory SuperLink forgets them, and they exit).
 
 Each component gets its own ``FLWR_HOME``, as on separate machines. ``--insecure`` turns TLS and
 authentication off (a warning is printed); use it only to debug. docs/deploy.md shows the same
@@ -27,13 +26,11 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-import re
 import signal
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -134,11 +131,6 @@ class LocalFleet:
         self.tls: dict[str, Path] = {}
         self.keys: dict[int, tuple[Path, Path]] = {}
         self.node_ports: dict[int, int] = {}
-        #: How often each node was started again by the supervisor.
-        self.respawns: dict[int, int] = {}
-        self._lock = threading.RLock()
-        self._closing = threading.Event()
-        self._supervisor: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> LocalFleet:
@@ -193,43 +185,19 @@ class LocalFleet:
                 self.keys[i] = make_node_key(self.dir / "certs", f"node{i}")
                 self.register(self.keys[i][1], f"node{i}")
             self.start_node(i)
-        self._supervisor = threading.Thread(target=self._supervise, name="fleet-supervisor",
-                                            daemon=True)
-        self._supervisor.start()
 
-    def _supervise(self, every: float = 3.0) -> None:
-        """Start again every ``node<i>`` process that exited (until the fleet stops)."""
-        while not self._closing.wait(every):
-            with self._lock:
-                for name, proc in list(self.procs.items()):
-                    m = re.fullmatch(r"node(\d+)", name)
-                    if m and proc.poll() is not None and not self._closing.is_set():
-                        i = int(m[1])
-                        stop_pids(self._pids_of(name), grace=2.0)  # helpers it left
-                        self.respawns[i] = self.respawns.get(i, 0) + 1
-                        self.start_node(i)
+    def restart_superlink(self) -> None:
+        """Stop the SuperLink (SIGTERM) and start it again on the same port and database.
 
-    def restart_superlink(self, *, graceful: bool = True) -> None:
-        """Stop the SuperLink and start it again on the same port and database.
-
-        The ServerApp it ran stops with it (resume the run with ``resume-from``). SuperNodes
-        lose their connection and exit; the supervisor starts them again, and they are
-        accepted with their registered keys because the database kept them.
+        The ServerApp it ran stops with it: resume that run with ``resume-from``. The
+        SuperNodes reconnect by themselves and keep their node ids (the database kept them).
         """
-        with self._lock:
-            proc = self.procs.pop("superlink")
-            pids = [proc.pid, *self._children(proc.pid), *self._pids_of("superlink")]
-            if graceful:
-                stop_pids(sorted(set(pids)), grace=20.0)
-            else:
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            proc.wait(timeout=30)
-            self._spawn("superlink", self.superlink_cmd)
-            self.wait_healthy()
+        proc = self.procs.pop("superlink")
+        stop_pids(sorted({proc.pid, *self._children(proc.pid), *self._pids_of("superlink")}),
+                  grace=20.0)
+        proc.wait(timeout=30)
+        self._spawn("superlink", self.superlink_cmd)
+        self.wait_healthy()
 
     def online_nodes(self) -> int:
         """How many SuperNodes the SuperLink counts as online (``flwr supernode list``)."""
@@ -308,15 +276,13 @@ class LocalFleet:
         The SuperLink notices only when the node misses its heartbeat (about 43 s in Flower
         1.42); until then replies it owes are missing, then they come back as errors.
         """
-        with self._lock:  # the supervisor must not start it again
-            proc = self.procs.pop(f"node{i}")
-            for pid in sorted({proc.pid, *self._children(proc.pid),
-                               *self._pids_of(f"node{i}")}):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.wait(timeout=10)
+        proc = self.procs.pop(f"node{i}")
+        for pid in sorted({proc.pid, *self._children(proc.pid), *self._pids_of(f"node{i}")}):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=10)
 
     def restart_node(self, i: int, *, graceful: bool = True, deadline: float = 150.0
                      ) -> subprocess.Popen[bytes]:
@@ -328,26 +294,25 @@ class LocalFleet:
         retried every few seconds until it holds or ``deadline`` seconds have passed. Flower
         hands the node an empty ``context.state``; the ClientApp refills it from ``state-dir``.
         """
-        with self._lock:  # one restart at a time, never raced by the supervisor
-            if graceful:
-                proc = self.procs.pop(f"node{i}")
-                stop_pids([proc.pid] + self._children(proc.pid), grace=20.0)
-                proc.wait(timeout=10)
-            else:
-                self.kill_node(i)
-            end = time.monotonic() + deadline
-            while True:
-                node = self.start_node(i)
-                try:
-                    code = node.wait(timeout=12)
-                except subprocess.TimeoutExpired:
-                    return node  # activated and running
-                self.procs.pop(f"node{i}", None)
-                stop_pids(self._pids_of(f"node{i}"), grace=2.0)  # helpers the failed start left
-                if time.monotonic() > end:
-                    raise RuntimeError(f"SuperNode {i} did not come back (exit code {code}); see "
-                                       f"{self.dir / f'node{i}.log'}")
-                time.sleep(3.0)
+        if graceful:
+            proc = self.procs.pop(f"node{i}")
+            stop_pids([proc.pid] + self._children(proc.pid), grace=20.0)
+            proc.wait(timeout=10)
+        else:
+            self.kill_node(i)
+        end = time.monotonic() + deadline
+        while True:
+            node = self.start_node(i)
+            try:
+                code = node.wait(timeout=12)
+            except subprocess.TimeoutExpired:
+                return node  # activated and running
+            self.procs.pop(f"node{i}", None)
+            stop_pids(self._pids_of(f"node{i}"), grace=2.0)  # helpers the failed start left
+            if time.monotonic() > end:
+                raise RuntimeError(f"SuperNode {i} did not come back (exit code {code}); see "
+                                   f"{self.dir / f'node{i}.log'}")
+            time.sleep(3.0)
 
     def _pids_of(self, name: str) -> list[int]:
         """Processes running with component ``name``'s FLWR_HOME (also orphaned helpers)."""
@@ -382,9 +347,6 @@ class LocalFleet:
 
     def stop(self) -> None:
         """Stop every process this fleet started (and their children), by PID."""
-        self._closing.set()
-        if self._supervisor is not None:
-            self._supervisor.join(timeout=30)
         pids = [p.pid for p in self.procs.values()]
         pids += pids_mentioning(str(self.dir))
         stop_pids(sorted(set(pids)))
