@@ -11,7 +11,6 @@ from typing import Any
 
 from bouquet.apps.config import ConfigError, all_keys, pin_presets, resolve
 from bouquet.apps.registry import methods, tasks
-from bouquet.apps.results import default_results_dir
 from bouquet.strategies.checkpoint import CheckpointError
 
 
@@ -100,11 +99,11 @@ def _outcome(summary: Path) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one method in simulation (``flwr run``) or on the in-process grid."""
-    from bouquet.apps.runner import precheck
+    from bouquet.apps.runner import precheck, run_dir_for
 
     cfg = _overrides(args)
     _name_run(cfg)
-    precheck(cfg, num_nodes=args.clients)  # every mistake known now stops before start-up
+    resolved = precheck(cfg, num_nodes=args.clients)  # mistakes known now stop before start-up
     if args.engine == "inprocess":
         from bouquet.apps.local_grid import LocalGrid
         from bouquet.apps.runner import execute
@@ -113,10 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         grid = LocalGrid(args.clients, cfg)
         try:
             summary = execute(grid, grid.run_config)
-        except NotEnoughNodes:
-            summary = (Path(str(cfg.get("resume-from"))) if cfg.get("resume-from") else
-                       Path(str(cfg.get("results-dir") or default_results_dir()))
-                       / str(cfg["run-name"])) / "summary.json"
+        except NotEnoughNodes:  # the stop is in summary.json; _outcome reports it
+            summary = run_dir_for(resolved) / "summary.json"
     else:
         from bouquet.apps.simulation import run_simulation
 
