@@ -75,3 +75,68 @@ def test_configuration_reference_is_in_sync() -> None:
 def test_shipped_label_skew_preset() -> None:
     cfg = resolve({"preset": "label-skew"})
     assert (cfg.common.partition, cfg.common.classes_per_client) == ("pathological", 2)
+
+
+# --------------------------------------------------------------------------- keys nobody reads
+@pytest.mark.parametrize("explicit", [None, ["dp.enabled"]])
+def test_key_of_a_section_the_method_does_not_read_is_an_error(explicit: list[str] | None) -> None:
+    with pytest.raises(ConfigError) as err:
+        resolve({"method": "scafcom", "dp.enabled": True}, explicit)
+    text = str(err.value)
+    assert "'dp.enabled'" in text and "scafcom" in text
+    assert "method ffa-lora" in text  # names the methods that do read it
+
+
+def test_unread_key_from_a_preset_is_an_error(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "private.yaml").write_text("dp:\n  enabled: true\n")
+    monkeypatch.setattr(config_mod, "CONF_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="preset private: key 'dp.enabled'"):
+        resolve({"method": "scafcom", "preset": "private"})
+
+
+def test_unread_key_at_its_default_changes_nothing_and_passes() -> None:
+    """``dp.enabled=false`` on scafcom is what happens anyway; a full run config holds it too."""
+    cfg = resolve({"method": "scafcom", "dp.enabled": False}, explicit=["dp.enabled"])
+    assert "dp.enabled" not in cfg.flat
+
+
+def test_task_key_of_another_task_names_the_task_that_reads_it() -> None:
+    with pytest.raises(ConfigError, match="task synth-bandit"):
+        resolve({"method": "fedavg", "synth-bandit.arms": 7})
+
+
+def test_a_key_the_method_reads_is_accepted() -> None:
+    cfg = resolve({"method": "ffa-lora", "dp.enabled": True}, explicit=["dp.enabled"])
+    assert cfg.flat["dp.enabled"] is True
+
+
+# --------------------------------------------------------------------------- presets vs explicit
+def test_explicit_value_equal_to_the_default_beats_a_preset() -> None:
+    run_config = {"preset": "label-skew", "partition": "iid"}
+    cfg = resolve(run_config, explicit=list(run_config))
+    assert cfg.common.partition == "iid"
+    assert cfg.common.classes_per_client == 2
+
+
+def test_pinned_presets_resolve_alike_on_server_and_nodes() -> None:
+    from bouquet.apps.config import pin_presets
+    from bouquet.apps.local_grid import full_run_config
+
+    pinned = pin_presets({"preset": "label-skew", "partition": "iid"})
+    assert "preset" not in pinned and pinned["partition"] == "iid"
+    server = resolve(full_run_config(pinned), explicit=list(pinned))
+    nodes = resolve(full_run_config(pinned))
+    assert server.flat == nodes.flat and nodes.common.partition == "iid"
+
+
+def test_server_refuses_a_preset_the_nodes_would_apply_differently() -> None:
+    from bouquet.apps.config import node_view_agrees
+    from bouquet.apps.local_grid import full_run_config
+
+    given = {"preset": "label-skew", "partition": "iid"}
+    run_config = full_run_config(given)
+    cfg = resolve(run_config, explicit=list(given))
+    with pytest.raises(ConfigError, match="partition='iid' \\(nodes would use 'pathological'\\)"):
+        node_view_agrees(run_config, cfg)
+    node_view_agrees(run_config, resolve(run_config))  # without explicit keys: one view

@@ -17,12 +17,14 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
+from bouquet.apps.config import ConfigError, resolve
 from bouquet.apps.local_grid import LocalGrid
-from bouquet.apps.registry import get_method, methods
-from bouquet.apps.runner import CHECKPOINT_DIR, execute
+from bouquet.apps.registry import get_method, get_task, methods
+from bouquet.apps.runner import CHECKPOINT_DIR, build_strategy, execute, restore_strategy
 from bouquet.clients.persistence import MARKER, NodeStore, StateRestoreError, persist, restore
 from bouquet.strategies.base import NotEnoughNodes
-from bouquet.strategies.checkpoint import CheckpointError, load_checkpoint
+from bouquet.strategies.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from bouquet.strategies.model import to_record
 
 #: One method per family (with its privacy switch where it has one).
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -106,6 +108,20 @@ def test_resumed_run_equals_uninterrupted_run(name: str, tmp_path: Path) -> None
     assert lines(resumed) == lines(full)
 
 
+def test_unnamed_run_resumed_through_plain_flwr_run_keeps_node_state(tmp_path: Path) -> None:
+    """``flwr run`` without ``run-name``, then ``resume-from``: nodes find their state again.
+
+    The nodes must file their state where the server's run folder is, under a name both compute
+    (config + Flower run id); SCAFCOM's control variates and momentum live there.
+    """
+    over = {"num-server-rounds": 3, "fraction-train": 1.0}
+    full = run(config("scafcom", tmp_path, **over, **{"run-name": "full"}))
+    part = run(config("scafcom", tmp_path, **{**over, "num-server-rounds": 2}))
+    assert (part.parent / "client-state").is_dir()
+    resumed = run(config("scafcom", tmp_path, **over, **{"resume-from": str(part.parent)}))
+    assert lines(resumed) == lines(full)
+
+
 def test_without_node_memory_a_resumed_bandit_run_diverges(tmp_path: Path) -> None:
     """The check above can fail: the same resume with node memory off gives other numbers."""
     name = "dp-fedlinucb-ldp"
@@ -153,6 +169,85 @@ def test_corrupt_server_checkpoint_is_refused_and_nothing_is_touched(tmp_path: P
         run(config("fedavg", tmp_path, **{"num-server-rounds": 2, "resume-from": str(run_dir),
                                           "local-steps": 1}), nodes=2)
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def _fedavg(tmp_path: Path, **over: Any) -> dict[str, Any]:
+    return config("fedavg", tmp_path, **{"local-steps": 1, **over})
+
+
+def test_server_refuses_a_key_the_method_does_not_read_before_any_message(tmp_path: Path) -> None:
+    grid = LocalGrid(2, config("scafcom", tmp_path, **{"dp.enabled": True, "run-name": "x"}))
+    with pytest.raises(ConfigError, match="'dp.enabled'.*method fedit"):
+        run({}, grid=grid)
+    assert grid.sent == [] and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("change", [{"seed": 9}, {"task": "fmnist-cnn"}, {"lr": 0.3},
+                                    {"partition": "dirichlet"}])
+def test_resume_through_the_server_refuses_other_settings(change: dict[str, Any],
+                                                          tmp_path: Path) -> None:
+    """Plain ``flwr run --run-config "resume-from=..."`` with other settings: nothing sent."""
+    part = run(_fedavg(tmp_path, **{"num-server-rounds": 1, "run-name": "part"}), nodes=2)
+    run_dir = part.parent
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    grid = LocalGrid(2, _fedavg(tmp_path, **{"num-server-rounds": 2,
+                                             "resume-from": str(run_dir), **change}))
+    with pytest.raises(ConfigError, match=f"{next(iter(change))}="):
+        run({}, grid=grid)
+    assert grid.sent == []
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
+    part = run(_fedavg(tmp_path, **{"num-server-rounds": 1, "run-name": "part"}), nodes=2)
+    ckpt = part.parent / CHECKPOINT_DIR
+    _, state, extra = load_checkpoint(ckpt)
+    save_checkpoint(ckpt, 1, state, {**extra, "seed": 11})
+    grid = LocalGrid(2, _fedavg(tmp_path, **{"num-server-rounds": 2,
+                                             "resume-from": str(part.parent)}))
+    with pytest.raises(ConfigError, match="checkpoint .* is of seed=11"):
+        run({}, grid=grid)
+    assert grid.sent == []
+
+
+def test_checkpoint_with_another_model_layout_is_refused(tmp_path: Path) -> None:
+    cfg = resolve(_fedavg(tmp_path))
+    strategy = build_strategy(cfg, to_record(get_task(cfg.task_name).load().initial_arrays(0)))
+    state = strategy.state_dict()
+
+    def shrink(tree: Any) -> Any:
+        if isinstance(tree, np.ndarray):
+            return np.zeros(3, dtype=tree.dtype)
+        if isinstance(tree, dict):
+            return {k: shrink(v) for k, v in tree.items()}
+        return tree
+
+    with pytest.raises(ConfigError, match="does not fit|model layout"):
+        restore_strategy(strategy, shrink(state), tmp_path)
+
+
+def test_reused_run_name_is_refused_by_the_server(tmp_path: Path) -> None:
+    first = run(_fedavg(tmp_path, **{"num-server-rounds": 1, "run-name": "same"}), nodes=2)
+    before = (first.parent / "metrics.jsonl").read_bytes()
+    grid = LocalGrid(2, _fedavg(tmp_path, **{"num-server-rounds": 1, "run-name": "same",
+                                             "seed": 5}))
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run({}, grid=grid)
+    assert grid.sent == [] and (first.parent / "metrics.jsonl").read_bytes() == before
+
+
+def test_stop_after_a_resume_keeps_the_earlier_rounds_in_the_summary(tmp_path: Path) -> None:
+    part = run(_fedavg(tmp_path, **{"num-server-rounds": 2, "run-name": "part"}), nodes=2)
+    done = json.loads(part.read_text())
+    grid = LocalGrid(2, _fedavg(tmp_path, **{"num-server-rounds": 3, "min-train-nodes": 3,
+                                             "sample-deadline": 0.5,
+                                             "resume-from": str(part.parent)}))
+    with pytest.raises(NotEnoughNodes):
+        run({}, grid=grid)
+    summary = json.loads(part.read_text())
+    assert summary["stopped"]["after_round"] == 2 and summary["rounds"] == 2
+    assert summary["final"] == done["final"] and summary["best"] == done["best"]
+    assert "accuracy" in summary["final"]
 
 
 # --------------------------------------------------------------------------- lacking nodes

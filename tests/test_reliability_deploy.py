@@ -93,3 +93,42 @@ def test_fleet_survives_node_death_restart_and_an_intruder(tmp_path: Path) -> No
 
     assert live_pids(pids) == []
     assert live_pids(pids_mentioning(str(tmp_path / "fleet"))) == []
+
+
+def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
+    """The SuperLink restarts during round 2: nodes come back by themselves, the resume works.
+
+    With an in-memory SuperLink the SuperNodes are forgotten and exit (code 0); the fleet's
+    SuperLink keeps a database, so they reconnect with the same keys and node ids.
+    """
+    cfg: dict[str, Any] = {"method": "fedavg", "num-server-rounds": 3, "local-steps": 2,
+                           "round-timeout": 30.0, "sample-deadline": 120.0,
+                           "min-train-nodes": 2, "fraction-train": 1.0,
+                           "results-dir": str(tmp_path), "run-name": "r"}
+    run_dir = tmp_path / "r"
+    out: dict[str, Any] = {}
+    with LocalFleet(2, workdir=tmp_path / "fleet") as fleet:
+        def go() -> None:
+            try:
+                out["first"] = fleet.run(cfg, timeout=600)
+            except BaseException as exc:  # the ServerApp dies with its SuperLink
+                out["error"] = exc
+
+        runner = threading.Thread(target=go)
+        runner.start()
+        _wait_lines(run_dir / "metrics.jsonl", 1, runner)
+        fleet.restart_superlink()
+        runner.join(300)
+        end = time.monotonic() + 180
+        while time.monotonic() < end and fleet.online_nodes() < 2:
+            time.sleep(3)
+        online = fleet.online_nodes()
+        summary = fleet.run({**cfg, "resume-from": str(run_dir)}, timeout=600)
+        pids = [p.pid for p in fleet.procs.values()]
+    assert "first" not in out  # the first attempt did not finish
+    assert online == 2
+    s = json.loads(summary.read_text())
+    assert s["rounds"] == 3 and "stopped" not in s
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert live_pids(pids) == []

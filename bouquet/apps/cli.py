@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.config import ConfigError, all_keys, resolve
+from bouquet.apps.config import ConfigError, all_keys, pin_presets, resolve
 from bouquet.apps.registry import methods, tasks
+from bouquet.strategies.checkpoint import CheckpointError
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -47,7 +48,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    """Parse an integer >= 1 (a fleet of 0 nodes can never run a round)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 node, got {value}")
+    return value
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The keys to send to Flower: saved config on resume, presets pinned, checked."""
     cfg = parse_sets(args.set or [])
     if getattr(args, "method", None):
         cfg["method"] = args.method
@@ -56,32 +69,51 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.results_dir:
         cfg["results-dir"] = str(Path(args.results_dir).resolve())
     if getattr(args, "resume", None):
-        cfg["resume-from"] = str(Path(args.resume).resolve())
-    resolve(cfg)  # fail before starting anything
+        from bouquet.apps.resume import resume_overrides
+
+        cfg = resume_overrides(Path(args.resume).resolve(), cfg)
+    cfg = pin_presets(cfg)
     return cfg
+
+
+def _name_run(cfg: dict[str, Any]) -> None:
+    """Give an unnamed new run a name now (node state and the results folder follow it)."""
+    if not cfg.get("run-name") and not cfg.get("resume-from"):
+        import datetime as dt
+
+        cfg["run-name"] = (f"{cfg.get('method', 'fedavg')}-s{cfg.get('seed', 0)}-"
+                           f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+
+
+def _outcome(summary: Path) -> int:
+    """Print the summary path; 1 when the run stopped before its last round, else 0."""
+    print(f"summary: {summary}")
+    data = json.loads(summary.read_text())
+    stopped = data.get("stopped")
+    if stopped:
+        print(f"bouquet: run stopped after round {stopped.get('after_round')}: "
+              f"{stopped.get('reason')}; {stopped.get('resume')}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one method in simulation (``flwr run``) or on the in-process grid."""
+    from bouquet.apps.runner import precheck, run_dir_for
+
     cfg = _overrides(args)
-    if args.resume and "method" not in (args.set or []) and not args.method_given:
-        saved = Path(args.resume) / "config.yaml"
-        if saved.is_file():
-            from omegaconf import OmegaConf
-
-            cfg["method"] = str(OmegaConf.load(saved).get("method"))  # type: ignore[union-attr,arg-type]
+    _name_run(cfg)
+    resolved = precheck(cfg, num_nodes=args.clients)  # mistakes known now stop before start-up
     if args.engine == "inprocess":
-        import datetime as dt
-
         from bouquet.apps.local_grid import LocalGrid
-
-        if not cfg.get("run-name") and not cfg.get("resume-from"):  # node state follows the name
-            cfg["run-name"] = (f"{cfg.get('method', 'fedavg')}-s{cfg.get('seed', 0)}-"
-                               f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
         from bouquet.apps.runner import execute
+        from bouquet.strategies.base import NotEnoughNodes
 
         grid = LocalGrid(args.clients, cfg)
-        summary = execute(grid, grid.run_config)
+        try:
+            summary = execute(grid, grid.run_config)
+        except NotEnoughNodes:  # the stop is in summary.json; _outcome reports it
+            summary = run_dir_for(resolved) / "summary.json"
     else:
         import importlib.util
 
@@ -92,18 +124,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         from bouquet.apps.simulation import run_simulation
 
         summary = run_simulation(cfg, args.clients)
-    print(f"summary: {summary}")
-    return 0
+    return _outcome(summary)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     """Run through a real SuperLink and SuperNodes on loopback."""
     from bouquet.apps.deploy import deploy_local
+    from bouquet.apps.runner import precheck
 
     cfg = _overrides(args)
+    precheck(cfg, num_nodes=args.nodes)
     summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep)
-    print(f"summary: {summary}")
-    return 0
+    return _outcome(summary)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -170,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("run", help="run a method in Flower's simulation engine")
     s.add_argument("method", nargs="?", help="method name (bouquet list)")
-    s.add_argument("--clients", type=int, default=10, help="simulated nodes (default 10)")
+    s.add_argument("--clients", type=positive_int, default=10,
+                   help="simulated nodes (default 10)")
     s.add_argument("--engine", choices=("simulation", "inprocess"), default="simulation",
                    help="simulation: flwr run (Ray); inprocess: the same apps without Ray")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
@@ -179,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("deploy-local", help="run through a real SuperLink + SuperNodes (TLS)")
     s.add_argument("method", nargs="?", help="method name")
-    s.add_argument("--nodes", type=int, default=2)
+    s.add_argument("--nodes", type=positive_int, default=2, help="SuperNodes (default 2)")
     s.add_argument("--insecure", action="store_true",
                    help="no TLS, no node authentication (debugging only)")
     s.add_argument("--keep", action="store_true", help="keep the fleet folder (logs)")
@@ -214,13 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bouquet`` command."""
     args = build_parser().parse_args(argv)
-    args.method_given = bool(getattr(args, "method", None))
     if args.command in ("run", "deploy-local") and not args.method and not getattr(args, "resume", None):
         args.method = "fedavg"
     try:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"bouquet: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointError as exc:
+        print(f"bouquet: cannot resume: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bouquet: interrupted; every process started was stopped", file=sys.stderr)

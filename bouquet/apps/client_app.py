@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 
 from bouquet.apps.config import RunConfig, resolve
 from bouquet.apps.registry import get_task
-from bouquet.apps.results import default_results_dir
+from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.strategies.base import HELLO_ACTION, INIT_ACTION
@@ -77,12 +77,14 @@ STATE_OFF = ("off", "none", "")
 def run_key(cfg: RunConfig, context: Context) -> str:
     """Name that node state is filed under.
 
-    ``run-name``, the name of the ``resume-from`` folder, or (unnamed runs, whose node state
-    cannot follow a server resume) ``flwr-run-<run id>``.
+    ``run-name``, the name of the ``resume-from`` folder, or (unnamed runs) the name the server
+    gives the run folder (:func:`~bouquet.apps.results.default_run_name`), so that node state
+    follows a server resume of an unnamed run too.
     """
     if cfg.common.resume_from:
         return Path(cfg.common.resume_from).name
-    return cfg.common.run_name or f"flwr-run-{context.run_id}"
+    return cfg.common.run_name or default_run_name(cfg.method.name, cfg.task_name,
+                                                   cfg.common.seed, context.run_id)
 
 
 def node_store(context: Context, cfg: RunConfig, env: ClientEnv) -> NodeStore | None:

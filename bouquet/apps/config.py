@@ -5,11 +5,18 @@ Order of precedence, lowest first:
 1. the defaults declared in the sections (:func:`bouquet.schema.key`);
 2. ``bouquet/apps/conf/<method>.yaml`` if it exists (the method's preset);
 3. ``bouquet/apps/conf/<preset>.yaml`` when the ``preset`` key names one;
-4. every run-config value that differs from the key's declared default (Flower always passes
-   every key, so a value equal to the default cannot be told apart from "not set").
+4. every key the user set explicitly (``explicit``: Flower's ``override_config`` on the server,
+   the ``--set`` keys of ``bouquet run``), even one equal to its default. Where nobody says which
+   keys were set (a ClientApp sees only the fused run config), every value that differs from the
+   key's declared default counts as set.
 
-An unknown key, a wrong type or an out-of-range value raises :class:`ConfigError` naming the key
-and what is allowed, before any node is contacted.
+An explicit value that equals its default cannot be seen by the nodes, so it must never lose to a
+preset there: :func:`pin_presets` turns the presets into explicit keys before Flower starts
+(``bouquet run`` does this), and the server refuses a run where nodes and server would disagree.
+
+An unknown key, a wrong type, an out-of-range value or a key that neither the chosen method nor
+the chosen task reads, set to anything but its default, raises :class:`ConfigError` naming the
+key and what is allowed (or which methods and tasks read it), before any node is contacted.
 
 Run ``python -m bouquet.apps.config --sync-pyproject`` after adding a key: Flower only accepts
 ``--run-config`` keys that exist in ``[tool.flwr.app.config]``, so that table is generated from the
@@ -21,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,6 +116,13 @@ def all_keys() -> dict[str, KeySpec]:
     return specs
 
 
+def full_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every key with its default, then the overrides (what Flower hands an app)."""
+    cfg: dict[str, Any] = {k: s.default for k, s in all_keys().items()}
+    cfg.update(overrides)
+    return cfg
+
+
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in tree.items():
@@ -118,6 +132,33 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = v
     return out
+
+
+@cache
+def section_readers() -> dict[str, tuple[str, ...]]:
+    """Section prefix -> the methods and tasks that read it (``"method fedit"``, ``"task x"``)."""
+    readers: dict[str, list[str]] = {}
+    for m in sorted(methods().values(), key=lambda m: m.name):
+        for prefix in m.sections:
+            readers.setdefault(prefix, []).append(f"method {m.name}")
+    for t in sorted(tasks().values(), key=lambda t: t.name):
+        for prefix in t.sections:
+            readers.setdefault(prefix, []).append(f"task {t.name}")
+    return {k: tuple(v) for k, v in readers.items()}
+
+
+def common_keys() -> set[str]:
+    """The flat names of the keys every run has (no section prefix)."""
+    return {s.name for s in section_keys(CommonConfig)}
+
+
+def _not_read(name: str, origin: str, method: Method, task_name: str) -> ConfigError:
+    prefix = name.rpartition(".")[0] if "." in name else name
+    readers = section_readers().get(prefix, ())
+    return ConfigError(
+        f"{origin}: key {name!r} is not read by method {method.name!r} on task {task_name!r}, "
+        f"so it would be silently ignored; it is read by {', '.join(readers) or 'nothing'}"
+    )
 
 
 def load_preset(name: str) -> dict[str, Any]:
@@ -138,24 +179,33 @@ def _unknown(name: str, specs: Mapping[str, KeySpec]) -> ConfigError:
     return ConfigError(f"unknown config key {name!r}{hint} (bouquet list --keys shows all keys)")
 
 
-def resolve(run_config: Mapping[str, Any]) -> RunConfig:
+def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = None) -> RunConfig:
     """Resolve Flower's flat run config into a :class:`RunConfig`.
 
     Parameters
     ----------
     run_config : Mapping[str, Any]
         ``context.run_config`` (every key, dotted names), or any subset of it.
+    explicit : Collection[str], optional
+        The keys the user set (Flower's ``run.override_config``). They beat every preset, even
+        with a value equal to the default. Every value unequal to its default counts as set
+        in any case.
 
     Raises
     ------
     ConfigError
-        For an unknown method, task, preset or key, or a value of the wrong type or range.
+        For an unknown method, task, preset or key, a key the method and task do not read, or a
+        value of the wrong type or range.
 
     """
     specs = all_keys()
     for name in run_config:
         if name not in specs:
             raise _unknown(name, specs)
+    if explicit is not None:
+        for name in explicit:
+            if name not in specs:
+                raise _unknown(name, specs)
 
     method_name = str(run_config.get("method", CommonConfig.method))
     try:
@@ -169,8 +219,10 @@ def resolve(run_config: Mapping[str, Any]) -> RunConfig:
     preset = str(run_config.get("preset", ""))
     if preset:
         layers.append((f"preset {preset}", load_preset(preset)))
-    explicit = {k: v for k, v in run_config.items() if v != specs[k].default}
-    layers.append(("run config", explicit))
+    given = {k: v for k, v in run_config.items() if v != specs[k].default}
+    for k in explicit or ():
+        given.setdefault(k, run_config.get(k, specs[k].default))
+    layers.append(("run config", given))
 
     merged: dict[str, Scalar] = {k: s.default for k, s in specs.items()}
     for origin, layer in layers:
@@ -200,15 +252,76 @@ def resolve(run_config: Mapping[str, Any]) -> RunConfig:
     for prefix, cls in {**method.sections, **task.sections}.items():
         sections[prefix] = cls(**{s.field: flat[s.name] for s in section_keys(cls, prefix)})
     # Keep only keys that concern this run in the flat view written to config.yaml.
-    own = {s.name for s in section_keys(CommonConfig)}
+    own = common_keys()
     for prefix in sections:
         own |= {s.name for s in section_keys(type(sections[prefix]), prefix)}
+    # A key nobody in this run reads, set to anything but its default, is a mistake: it would
+    # be dropped without a word. (At its default it changes nothing, explicit or not.)
+    for origin, layer in layers:
+        for name, value in layer.items():
+            if name not in own and specs[name].check(value) != specs[name].default:
+                raise _not_read(name, origin, method, task_name)
     return RunConfig(
         common=common,
         sections=sections,
         method=method,
         flat={k: v for k, v in flat.items() if k in own},
     )
+
+
+def pin_presets(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn the presets of ``overrides`` into explicit keys, so no node can read them otherwise.
+
+    A ClientApp sees only the fused run config, where a key set to its default looks unset; a
+    preset would then beat it on the nodes. The result holds every key the presets set (unless
+    ``overrides`` sets it), the overrides themselves, and no ``preset`` key; it resolves to the
+    same configuration on the server and on every node.
+
+    Parameters
+    ----------
+    overrides : Mapping[str, Any]
+        The keys the user set (``--set``, ``--rounds``...).
+
+    Returns
+    -------
+    dict[str, Any]
+        Explicit overrides without presets.
+
+    """
+    cfg = resolve(overrides, explicit=list(overrides))
+    layered = set()
+    if (CONF_DIR / f"{cfg.method.name}.yaml").is_file():
+        layered |= set(load_preset(cfg.method.name))
+    if cfg.common.preset:
+        layered |= set(load_preset(cfg.common.preset))
+    out = {k: cfg.flat[k] for k in sorted(layered) if k not in overrides}
+    out.update({k: v for k, v in overrides.items() if k != "preset"})
+    return out
+
+
+def node_view_agrees(run_config: Mapping[str, Any], cfg: RunConfig) -> None:
+    """Refuse a run whose nodes would resolve another configuration than the server did.
+
+    Nodes resolve without knowing which keys were set; where a preset sets a key that the user
+    set explicitly to its default, they would take the preset's value.
+
+    Raises
+    ------
+    ConfigError
+        Naming each key on which the two views differ.
+
+    """
+    nodes = resolve(run_config)
+    differ = sorted(k for k in cfg.flat if nodes.flat.get(k) != cfg.flat[k])
+    if differ:
+        detail = ", ".join(f"{k}={cfg.flat[k]!r} (nodes would use {nodes.flat.get(k)!r})"
+                           for k in differ)
+        raise ConfigError(
+            f"preset {cfg.common.preset or cfg.method.name!r} sets keys that this run sets "
+            f"explicitly to their default: {detail}. ClientApps cannot tell an explicit default "
+            "from an unset key; drop the preset and set its keys, or use `bouquet run`, which "
+            "pins presets before start"
+        )
 
 
 # --------------------------------------------------------------------------- pyproject generation

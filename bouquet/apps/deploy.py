@@ -12,6 +12,10 @@ What it does, in order:
 4. runs the app with ``flwr run <app> local-fleet --stream`` and checks that ``summary.json`` exists;
 5. stops every process it started, by PID, also on failure or Ctrl-C.
 
+The SuperLink keeps its state in ``<fleet>/superlink.db`` (``--database``: runs, registered
+keys, node ids), so after :meth:`LocalFleet.restart_superlink` the SuperNodes reconnect and are
+accepted with the same keys and node ids (an in-memory SuperLink forgets them, and they exit).
+
 Each component gets its own ``FLWR_HOME``, as on separate machines. ``--insecure`` turns TLS and
 authentication off (a warning is printed); use it only to debug. docs/deploy.md shows the same
 steps for a multi-machine fleet.
@@ -164,13 +168,15 @@ class LocalFleet:
             print("[bouquet] WARNING: --insecure: no TLS and no SuperNode authentication; "
                   "anyone on this host can join or read traffic", flush=True)
         cmd = [_bin("flower-superlink"), "--host", "127.0.0.1", "--port", str(self.port),
-               "--disable-runtime-dependency-installation"]
+               "--disable-runtime-dependency-installation",
+               "--database", str(self.dir / "superlink.db")]
         if self.secure:
             cmd += ["--ssl-ca-certfile", str(self.tls["ca"]), "--ssl-certfile",
                     str(self.tls["cert"]), "--ssl-keyfile", str(self.tls["key"]),
                     "--enable-supernode-auth"]
         else:
             cmd += ["--insecure"]
+        self.superlink_cmd = cmd
         self._spawn("superlink", cmd)
         self.wait_healthy()
         self.write_cli_config()
@@ -179,6 +185,24 @@ class LocalFleet:
                 self.keys[i] = make_node_key(self.dir / "certs", f"node{i}")
                 self.register(self.keys[i][1], f"node{i}")
             self.start_node(i)
+
+    def restart_superlink(self) -> None:
+        """Stop the SuperLink (SIGTERM) and start it again on the same port and database.
+
+        The ServerApp it ran stops with it: resume that run with ``resume-from``. The
+        SuperNodes reconnect by themselves and keep their node ids (the database kept them).
+        """
+        proc = self.procs.pop("superlink")
+        stop_pids(sorted({proc.pid, *self._children(proc.pid), *self._pids_of("superlink")}),
+                  grace=20.0)
+        proc.wait(timeout=30)
+        self._spawn("superlink", self.superlink_cmd)
+        self.wait_healthy()
+
+    def online_nodes(self) -> int:
+        """How many SuperNodes the SuperLink counts as online (``flwr supernode list``)."""
+        out = self.flwr("supernode", "list", CONNECTION, "--format", "json")
+        return out.count('"online"')
 
     def wait_healthy(self, timeout: float = 90.0) -> None:
         """Poll the SuperLink's /health endpoint until it answers."""

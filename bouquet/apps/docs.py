@@ -15,8 +15,13 @@ Generated from the config schema by `python -m bouquet.apps.docs`; do not edit b
 Every key can be set with `flwr run . --run-config "key=value ..."` (strings in quotes:
 `method='scafcom'`), with `bouquet run METHOD --set key=value`, or in a YAML preset in
 `bouquet/apps/conf/` named by `preset`. Precedence: declared default < `conf/<method>.yaml` <
-the `preset` < explicit values. Keys with a prefix belong to a method, a task or a shared section
-(`dp.*`); a run uses the sections of its method and task.
+the `preset` < explicit values, where a key you set counts as explicit even when its value equals
+the default (`bouquet run` pins presets into explicit keys before start; plain `flwr run` refuses a
+preset that would override a key you set to its default, since nodes cannot see the difference).
+Keys with a prefix belong to a method, a task or a shared section (`dp.*`); a run uses the
+sections of its method and task, and a key of any other section set to anything but its default
+is an error that names the methods and tasks that read it (it would otherwise be silently
+ignored).
 """
 
 

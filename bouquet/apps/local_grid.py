@@ -19,20 +19,16 @@ import numpy as np
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from bouquet.apps.client_app import app as client_app
-from bouquet.apps.config import all_keys
+from bouquet.apps.config import full_run_config
 from bouquet.privacy.dp_config import DP_SEED_KEY
 
 #: Each grid is a new "flwr run": its contexts get a run id no other grid in this process has.
 
-
-def full_run_config(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Every key with its default, then the overrides (what Flower hands an app)."""
-    cfg = {k: s.default for k, s in all_keys().items()}
-    cfg.update(overrides)
-    return cfg
+__all__ = ["LocalGrid", "full_run_config"]
 
 
 class LocalGrid(Grid):
@@ -42,6 +38,8 @@ class LocalGrid(Grid):
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
         self.app = client or client_app
         self.run_config = full_run_config(run_config)
+        #: What Flower keeps as ``run.override_config``: the keys this run was given.
+        self.override_config = dict(run_config)
         # A fresh random id per grid, like a new ``flwr run`` (never shared across processes).
         self.run_id = secrets.randbits(63)
         self.num_nodes = num_nodes
@@ -79,12 +77,14 @@ class LocalGrid(Grid):
 
     # Grid API
     def set_run(self, run: Any) -> None:  # pragma: no cover
-        """Unused: the in-process grid has no run object."""
+        """Unused: the in-process grid makes its own run object."""
 
     @property
-    def run(self) -> Any:  # pragma: no cover
-        """Unused: the in-process grid has no run object."""
-        return None
+    def run(self) -> Run:
+        """The run, as Flower would describe it (``override_config``: the keys given)."""
+        run = Run.create_empty(self.run_id)
+        run.override_config = dict(self.override_config)
+        return run
 
     def create_message(self, *a: Any, **k: Any) -> Message:  # pragma: no cover
         """Deprecated in Flower; not supported here."""

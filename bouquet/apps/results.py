@@ -28,6 +28,15 @@ def default_results_dir() -> Path:
     return Path(os.environ.get("BOUQUET_RESULTS_DIR", Path.home() / "bouquet-results")).resolve()
 
 
+def default_run_name(method: str, task: str, seed: int, run_id: int) -> str:
+    """The folder name of a run without ``run-name``: one that server and nodes both compute.
+
+    Nodes file their state under the run's name; built from what every node also knows (the
+    config and Flower's run id), it lets node state follow a server resume of an unnamed run.
+    """
+    return f"{method}-{task}-s{seed}-run{run_id}"
+
+
 def package_versions() -> dict[str, str]:
     """Versions of bouquet, flwr and torch, read from metadata (torch is never imported)."""
     out = {}

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
-from bouquet.apps.config import ConfigError, RunConfig, resolve
+from bouquet.apps.compat import check_fit
+from bouquet.apps.config import (
+    ConfigError,
+    RunConfig,
+    full_run_config,
+    node_view_agrees,
+    resolve,
+)
 from bouquet.apps.registry import get_task
-from bouquet.apps.results import ResultsWriter, default_results_dir
+from bouquet.apps.results import ResultsWriter, default_results_dir, default_run_name
+from bouquet.apps.resume import check_resume, checkpoint_identity
 from bouquet.strategies.base import (
     BouquetStrategy,
     NotEnoughNodes,
@@ -37,17 +45,80 @@ def say(text: str) -> None:
     print(f"[bouquet] {text}", flush=True)
 
 
-def run_dir_for(cfg: RunConfig) -> Path:
-    """The folder of this run (``resume-from`` reuses the given folder)."""
+def run_dir_for(cfg: RunConfig, run_id: int | None = None) -> Path:
+    """The folder of this run (``resume-from`` reuses the given folder).
+
+    An unnamed run is named from its config and Flower's ``run_id``, as the nodes name it; without
+    a run id (a caller outside a run) the time is used instead.
+    """
     if cfg.common.resume_from:
         return Path(cfg.common.resume_from).expanduser().resolve()
     base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
         else default_results_dir()
-    name = cfg.common.run_name or (
-        f"{cfg.method.name}-{cfg.task_name}-s{cfg.common.seed}-"
-        f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    )
-    return base / name
+    if cfg.common.run_name:
+        return base / cfg.common.run_name
+    if run_id is not None:
+        return base / default_run_name(cfg.method.name, cfg.task_name, cfg.common.seed, run_id)
+    return base / (f"{cfg.method.name}-{cfg.task_name}-s{cfg.common.seed}-"
+                   f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+
+
+#: Files whose presence (non-empty) means a folder already holds rounds of a run.
+RUN_FILES = ("metrics.jsonl", f"{CHECKPOINT_DIR}/meta.json")
+
+
+def refuse_reused_folder(run_dir: Path) -> None:
+    """Raise :class:`ConfigError` when a new (not resumed) run would write into a used folder.
+
+    Two runs in one folder would share ``metrics.jsonl`` and overwrite each other's checkpoint.
+    A folder of a run that stopped before its first round holds no round and may be reused.
+    """
+    used = [f for f in RUN_FILES if (run_dir / f).is_file() and (run_dir / f).stat().st_size]
+    if used:
+        raise ConfigError(
+            f"run-name: {run_dir} already holds a run ({', '.join(used)}); choose another "
+            f"run-name, or continue that run with resume-from='{run_dir}'"
+        )
+
+
+def flower_run_id(grid: Grid) -> int | None:
+    """Flower's id of the run on ``grid`` (None for a grid without a run object)."""
+    try:
+        run_id = grid.run.run_id
+    except Exception:  # tests' fakes
+        return None
+    return run_id if isinstance(run_id, int) else None
+
+
+def explicit_keys(grid: Grid) -> Collection[str] | None:
+    """The run-config keys the user set (Flower's ``run.override_config``), if the grid knows."""
+    try:
+        override = grid.run.override_config
+    except Exception:  # a grid without a run object (tests' fakes)
+        return None
+    return list(override) if isinstance(override, Mapping) else None
+
+
+def array_layout(arrays: ArrayRecord | None) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name -> (shape, dtype) of a model record (empty for None)."""
+    if arrays is None:
+        return {}
+    return {k: (tuple(a.shape), str(a.dtype)) for k, a in arrays.items()}
+
+
+def restore_strategy(strategy: BouquetStrategy, state: Mapping[str, Any], run_dir: Path) -> None:
+    """Load a checkpoint into ``strategy``, refusing one whose model layout differs."""
+    fresh = array_layout(strategy.global_arrays())
+    try:
+        strategy.load_state_dict(state)
+    except Exception as exc:
+        raise ConfigError(f"resume-from: the checkpoint in {run_dir} does not fit this "
+                          f"method and task ({type(exc).__name__}: {exc})") from exc
+    loaded = array_layout(strategy.global_arrays())
+    if fresh and loaded != fresh:
+        diff = sorted(k for k in set(fresh) | set(loaded) if fresh.get(k) != loaded.get(k))
+        raise ConfigError(f"resume-from: the checkpoint in {run_dir} holds another model "
+                          f"layout than this task's (arrays {', '.join(diff[:5])} differ)")
 
 
 def load_server_task(cfg: RunConfig) -> Any | None:
@@ -141,31 +212,65 @@ def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, hea
     from it once enough nodes are back.
     """
     done = rnd - 1
-    hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
-            f"\"resume-from='{run_dir}'\")")
+    if done == 0:  # nothing was saved: there is nothing to resume
+        hint = "start the run again once enough nodes are online (no round was completed)"
+    else:
+        hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
+                f"\"resume-from='{run_dir}'\")")
     extras = dict(strategy.summary_extras())
     extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint,
                          "failures": exc.failures}
     path = writer.finish(headline, extras, cfg.common.target_accuracy)
-    say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
-        f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
+    if done == 0:
+        say(f"STOPPED before round 1: {exc}. No round was completed and no checkpoint written; "
+            f"{hint}")
+    else:
+        say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
+            f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
     return path
+
+
+def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | None,
+                  num_nodes: int | None = None, run_id: int | None = None
+                  ) -> tuple[RunConfig, Path, tuple[int, dict[str, Any], dict[str, Any]] | None]:
+    """Every check that needs no node: config, run folder, checkpoint, method/task/partition.
+
+    Returns the resolved config, the run folder and the checkpoint to resume from (or None).
+    A resumed run reads its checkpoint before anything in the run folder is rewritten: a
+    corrupt checkpoint stops here (CheckpointError names the file) and changes nothing; one of
+    another run, or a configuration unlike the saved one, is a :class:`ConfigError`.
+    """
+    cfg = resolve(run_config, explicit)
+    if explicit is not None:
+        node_view_agrees(run_config, cfg)
+    run_dir = run_dir_for(cfg, run_id)
+    resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
+    if resumed is not None:
+        check_resume(cfg, run_dir, resumed[2])
+    elif cfg.common.run_name:
+        refuse_reused_folder(run_dir)
+    check_fit(cfg, num_nodes)
+    return cfg, run_dir, resumed
+
+
+def precheck(overrides: Mapping[str, Any], num_nodes: int | None = None) -> RunConfig:
+    """What :func:`execute` checks first, run by the CLI before any process starts."""
+    return checked_start(full_run_config(overrides), list(overrides), num_nodes)[0]
 
 
 def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     """Run a whole federated run on ``grid``; return the path of ``summary.json``."""
-    cfg = resolve(run_config)
-    run_dir = run_dir_for(cfg)
+    cfg, run_dir, resumed = checked_start(run_config, explicit_keys(grid),
+                                          run_id=flower_run_id(grid))
     task = load_server_task(cfg)
     mode = evaluation_mode(cfg, task)
     meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
-    # A resumed run reads its checkpoint before anything in the run folder is rewritten: a
-    # corrupt checkpoint stops here (CheckpointError names the file) and changes nothing.
-    resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     strategy = build_strategy(cfg, initial_arrays(cfg, task, grid) if holds_model(cfg) else None)
     first = 1
+    headline: list[str] = []
     if resumed is not None:
-        strategy.load_state_dict(resumed[1])
+        restore_strategy(strategy, resumed[1], run_dir)
+        headline = [str(h) for h in resumed[2].get("headline", [])]
     writer = ResultsWriter(run_dir, cfg.to_yaml(), meta)
     if resumed is not None:
         done = resumed[0]
@@ -176,7 +281,6 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     rounds = cfg.common.num_server_rounds
     say(f"{cfg.method.name} on {cfg.task_name}: {rounds} rounds, evaluation {mode}, "
         f"results in {run_dir}")
-    headline: list[str] = []
     for rnd in range(first, rounds + 1):
         t0 = time.monotonic()
         eval_metrics: dict[str, float] = {}
@@ -205,7 +309,8 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
             "wall_s": round(time.monotonic() - t0, 3),
         }
         writer.append(record)
-        save_checkpoint(run_dir / CHECKPOINT_DIR, rnd, strategy.state_dict())
+        save_checkpoint(run_dir / CHECKPOINT_DIR, rnd, strategy.state_dict(),
+                        {**checkpoint_identity(cfg), "headline": headline})
         shown = " ".join(f"{k}={record[k]:.4g}" for k in headline if k in record)
         say(f"round {rnd}/{rounds} {shown} up={rlog.up_bytes}B down={rlog.down_bytes}B "
             f"clients={rlog.clients} rejected={rlog.rejected} errors={rlog.errors} "

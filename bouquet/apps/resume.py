@@ -1,0 +1,121 @@
+"""What a resumed run must share with the run it continues, and how it gets it.
+
+A run folder keeps the resolved configuration (``config.yaml``) and, in its checkpoint, the
+run's identity (method, task, seed) and its headline metrics. A resume:
+
+- takes the whole saved configuration back (:func:`resume_overrides`, what ``bouquet run --resume``
+  does before anything starts); the keys of :data:`MAY_CHANGE` may be given anew;
+- is refused (:func:`check_resume`, on the server, before any node is contacted) when its
+  configuration differs from the saved one in any other key, or its checkpoint was written by
+  another method, task or seed. Plain ``flwr run --run-config "resume-from='DIR'"`` gets the same
+  check, so a resume never silently continues with other settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from bouquet.apps.config import ConfigError, RunConfig, all_keys
+from bouquet.apps.simulation import run_config_arg
+
+CONFIG_FILE = "config.yaml"
+
+#: Keys a resume may set to another value than the run it continues: where it runs, how long it
+#: waits, how many rounds in all. Everything else shapes the numbers and must match.
+MAY_CHANGE = frozenset({
+    "num-server-rounds", "resume-from", "run-name", "results-dir", "round-timeout",
+    "sample-deadline", "min-train-nodes", "target-accuracy", "preset",
+})
+
+#: The checkpoint ``extra`` entries that name the run (checked on resume).
+IDENTITY = ("method", "task", "seed")
+
+
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    """The flat configuration a run folder was started with (``config.yaml``).
+
+    Raises
+    ------
+    ConfigError
+        When the folder has no readable ``config.yaml``.
+
+    """
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"resume-from: {run_dir} has no {CONFIG_FILE}; is it a run folder?")
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as exc:
+        raise ConfigError(f"resume-from: cannot read {path} ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"resume-from: {path} does not hold a mapping")
+    return {str(k): v for k, v in data.items()}
+
+
+def resume_overrides(run_dir: Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The saved configuration of ``run_dir`` with ``overrides`` on top (the keys to send).
+
+    Every saved key comes back but ``resume-from`` (the folder given now) and ``preset`` (its
+    values are saved as keys already); keys the schema no longer has are dropped.
+    """
+    specs = all_keys()
+    saved = saved_config(run_dir)
+    out = {k: v for k, v in saved.items() if k in specs and k not in ("resume-from", "preset")}
+    out.update(overrides)
+    out["resume-from"] = str(run_dir)
+    return out
+
+
+def checkpoint_identity(cfg: RunConfig) -> dict[str, Any]:
+    """The entries of a checkpoint's ``extra`` that name this run."""
+    return {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
+
+
+def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> None:
+    """Refuse to resume ``run_dir`` with a configuration that differs from the saved one.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The resolved configuration of the resuming run.
+    run_dir : Path
+        The folder being resumed.
+    extra : Mapping[str, Any]
+        The checkpoint's ``extra`` (older checkpoints have no identity entries).
+
+    Raises
+    ------
+    ConfigError
+        Naming every key that differs, before anything in the folder changes.
+
+    """
+    ident = checkpoint_identity(cfg)
+    for k in IDENTITY:
+        if k in extra and extra[k] != ident[k]:
+            raise ConfigError(
+                f"resume-from: the checkpoint in {run_dir} is of {k}={extra[k]!r}, this run has "
+                f"{k}={ident[k]!r}; a checkpoint only continues the run that wrote it"
+            )
+    saved = saved_config(run_dir)
+    specs = all_keys()
+    differ, names = [], []
+    for k in sorted(set(saved) | set(cfg.flat)):
+        if k in MAY_CHANGE:
+            continue
+        now = cfg.flat.get(k, specs[k].default if k in specs else None)
+        before = saved.get(k, specs[k].default if k in specs else None)
+        if now != before:
+            differ.append(f"{k}={now!r} (saved: {before!r})")
+            names.append(k)
+    if differ:
+        keep = {k: saved[k] for k in names if k in saved}
+        raise ConfigError(
+            f"resume-from: this run's configuration differs from the one {run_dir} was started "
+            f"with: {', '.join(differ)}. `bouquet run --resume DIR` restores the saved "
+            f"configuration; with flwr run add --run-config \"{run_config_arg(keep)}\". Only "
+            f"{', '.join(sorted(MAY_CHANGE - {'resume-from'}))} may change"
+        )
