@@ -101,7 +101,12 @@ def test_no_usable_reply_keeps_the_state(name: str, fault: str, tmp_path: Path) 
     except AssertionError as exc:  # the replies have no array to reshape
         pytest.skip(str(exc))
     assert rlog.clients == 0
-    assert_same_state(before, strategy.state_dict())
+    # A privacy ledger counts the syncs asked (a rejected noisy node was still seen), so it may
+    # advance; everything else stays as it was.
+    after = strategy.state_dict()
+    for state in (before, after):
+        state.pop("rounds_done", None)
+    assert_same_state(before, after)
 
 
 def _metrics_without_wall(path: Path) -> list[dict[str, object]]:

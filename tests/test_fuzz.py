@@ -50,7 +50,7 @@ def _assert_close_state(a: Any, b: Any, path: str) -> None:
         for k, x in a.items():
             _assert_close_state(x, bm[str(k)], f"{path}/{k}")
     elif isinstance(a, np.ndarray | list) and np.asarray(a).dtype.kind == "f":
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-3, atol=1e-6,
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=5e-3, atol=1e-4,
                                    err_msg=path)
     else:
         assert_same_state(a, b, path)
