@@ -109,7 +109,8 @@ def test_random_topk_at_ratio_one_is_fedavg(tmp_path: Path) -> None:
     n = 5
     grid, strat = _build(n, tmp_path, method="random-topk",
                          **{"fraction-train": 1.0, "fedcg.uniform-ratio": 1.0})
-    cfg = {**BASE, "method": "fedavg", "fraction-train": 1.0, "results-dir": str(tmp_path)}
+    fedavg_keys = {k: x for k, x in BASE.items() if not k.startswith("fedcg.")}  # unread there
+    cfg = {**fedavg_keys, "method": "fedavg", "fraction-train": 1.0, "results-dir": str(tmp_path)}
     g2 = LocalGrid(n, cfg)
     rc = resolve(g2.run_config)
     fedavg = build_strategy(rc, initial_arrays(rc, load_server_task(rc), g2))
