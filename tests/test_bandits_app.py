@@ -250,3 +250,13 @@ def test_method_import_chain_is_torch_free(tmp_path: Path) -> None:
     assert "torch-free" in out.stdout
     for method in METHODS:
         assert json.loads((tmp_path / method / "summary.json").read_text())["rounds"] == 1
+
+
+def test_the_cli_precheck_accepts_an_unbounded_bandit_stream() -> None:
+    """synth-bandit declares no finite pool (0 examples): that is not an empty partition."""
+    from bouquet.apps.compat import check_partition
+    from bouquet.apps.config import resolve
+    from bouquet.apps.local_grid import full_run_config
+
+    cfg = resolve(full_run_config({"method": "fedlinucb", "task": "synth-bandit"}))
+    check_partition(cfg, 2)  # raised ConfigError before the fix

@@ -83,9 +83,12 @@ class Env:
         """``bouquet ...`` (the installed console script); returns stdout."""
         return self.sh(str(self.bin / "bouquet"), *args).stdout
 
-    def one_round(self, method: str, *sets: str) -> dict[str, object]:
-        """One round of ``method`` on its default task, 2 in-process nodes; the summary."""
-        name = f"fresh-{method}"
+    def one_round(self, method: str, *sets: str, tag: str = "") -> dict[str, object]:
+        """One round of ``method`` on its default task, 2 in-process nodes; the summary.
+
+        Each call needs its own run name (``tag``): a run folder is never reused.
+        """
+        name = f"fresh-{method}{tag}"
         args = ["run", method, "--engine", "inprocess", "--rounds", "1", "--clients", "2",
                 "--set", f"run-name={name}"]
         for s in sets:
@@ -144,6 +147,6 @@ def test_lora_dp_node(env: Env) -> None:
     env.pip("install", TORCH)
     env.install("lora,dp")
     env.bouquet("doctor", "ffa-lora")
-    summary = env.one_round("ffa-lora", "local-steps=2", "dp.enabled=true")
+    summary = env.one_round("ffa-lora", "local-steps=2", "dp.enabled=true", tag="-dp")
     assert summary["privacy"] is not None
 

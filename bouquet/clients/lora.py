@@ -320,11 +320,11 @@ def _node_budget(context: Context) -> float | None:
 
 def _require_dp(context: Context, env: ClientEnv) -> None:
     """A node with its own budget never touches its rows without DP, whatever the run says."""
-    from bouquet.privacy.accountant import PrivacyBudgetExceeded
-
     node = _node_budget(context)
     dp: DPConfig | None = env.sections.get("dp")
     if node is not None and (dp is None or not dp.enabled):
+        from bouquet.privacy.accountant import PrivacyBudgetExceeded  # opacus: [dp] nodes only
+
         raise PrivacyBudgetExceeded(
             f"partition {env.partition_id}: refusing to train: this node requires DP-SGD "
             f"(node config {DP_MAX_EPSILON_KEY}={node:g}) but the run has dp.enabled=false"
