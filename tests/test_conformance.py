@@ -33,6 +33,7 @@ def test_valid_round_uses_every_reply(name: str, tmp_path: Path) -> None:
     assert rlog.failures == []
     assert rlog.clients == NUM_NODES
     assert rlog.up_bytes > 0 and rlog.down_bytes > 0
+    assert not [k for k in rlog.metrics if k.startswith("train_train_")]  # one naming rule
 
 
 @pytest.mark.parametrize("kind", sorted(CORRUPTIONS))

@@ -188,10 +188,14 @@ def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
 
 
 def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrategy:
-    """Call the method's strategy factory."""
+    """Build the method's strategy (a ``build_*(setup)`` factory, or a class's ``from_setup``)."""
     setup = StrategySetup(common=cfg.common, sections=cfg.sections, method=cfg.method.name,
                           task=cfg.task_name, initial_arrays=arrays)
-    strategy = cfg.method.load_strategy_factory()(setup)
+    factory = cfg.method.load_strategy_factory()
+    if isinstance(factory, type) and issubclass(factory, BouquetStrategy):
+        strategy: Any = factory.from_setup(setup)
+    else:
+        strategy = factory(setup)
     if not isinstance(strategy, BouquetStrategy):
         raise TypeError(f"{cfg.method.strategy} did not return a BouquetStrategy")
     return strategy

@@ -1,31 +1,40 @@
 """The strategy base every bouquet method builds on.
 
-:class:`BouquetStrategy` is a Flower :class:`~flwr.serverapp.strategy.Strategy` that adds what the
-project's contracts (DESIGN §4) need and Flower leaves to each strategy:
+:class:`BouquetStrategy` is a Flower :class:`~flwr.serverapp.strategy.Strategy`, built with
+keyword arguments (``FedAvg(fraction_train=0.5)``) and run by Flower's own
+``strategy.start(grid=..., initial_arrays=..., num_rounds=...)``. It adds what the project's
+contracts (DESIGN §4) need and Flower leaves to each strategy:
 
-* node discovery by ``partition-id`` (a one-off ``query`` per new node), and seeded sampling with
-  a deadline instead of an endless wait;
-* one message per node (per-node content is normal), a finite timeout per phase;
-* every reply accounted for: error replies are mapped back to their node through
-  ``reply_to_message_id`` (the SuperLink signs "node unavailable" errors with its own id), replies
-  missing at the timeout are counted, and each reply is validated by the method before it can touch
-  the global state;
+* node discovery from the grid's node ids (``discovery="grid"``, any Flower ClientApp), or by
+  ``partition-id`` with a one-off ``query`` per new node (``discovery="query"``, bouquet's
+  ClientApp), and seeded sampling with a deadline instead of an endless wait;
+* one message per node (per-node content is normal);
+* every reply accounted for, through one admission path (:meth:`BouquetStrategy.admit_phase`)
+  that Flower's ``aggregate_train``/``aggregate_evaluate`` and bouquet's own
+  :meth:`~BouquetStrategy.train_round` share: error replies are mapped back to their node
+  through ``reply_to_message_id`` (the SuperLink signs "node unavailable" errors with its own
+  id), replies missing at the timeout are counted, and each reply is validated (record names,
+  auxiliary metrics, weight cap, the method's checks, norm screen) before it can touch the
+  global state, which is rolled back if the aggregate is not finite;
 * measured uplink/downlink bytes per round;
 * ``state_dict``/``load_state_dict`` for checkpoints.
 
 A method implements :meth:`configure_round`, :meth:`validate_reply`, :meth:`aggregate_round` and,
 when it has server state beyond what the base keeps, :meth:`state_dict`/:meth:`load_state_dict`.
+Train metrics follow one rule (:func:`train_metrics`): a client's metric ``loss`` is reported as
+``train_loss``, and one already named ``train_loss`` is not prefixed again.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import logging
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -35,6 +44,15 @@ from flwr.serverapp.strategy import Strategy
 from bouquet.schema import CommonConfig
 from bouquet.strategies import validation as v
 from bouquet.strategies.accounting import content_bytes
+from bouquet.strategies.arguments import (
+    BASE_COMMON_KEYS,
+    Argument,
+    as_arguments,
+    arguments_of,
+    parameters_doc,
+    parse,
+    signature,
+)
 from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.validation import InvalidReply
 
@@ -123,24 +141,73 @@ class RoundLog:
                         self.round, kind, node_id, partition_id, short)
 
 
+@dataclasses.dataclass
+class PendingPhase:
+    """What one ``configure_*`` call sent, kept until its ``aggregate_*`` call admits the replies.
+
+    Flower's ``start()`` calls ``configure_train`` and ``aggregate_train`` separately; the
+    messages (stamped with their ids when the grid pushes them) map every reply, error replies
+    included, back to the node it was sent to through ``reply_to_message_id``.
+    """
+
+    round: int
+    message_type: str
+    norm_key: str
+    #: node id -> partition id of every message sent.
+    partition_of: dict[int, int]
+    #: partition id -> measured downlink bytes.
+    down_bytes: dict[int, int]
+    messages: list[Message]
+    #: A phase the round ran before this one (Fed-SB's init), merged into this one's log.
+    before: RoundLog | None = None
+
+
 class BouquetStrategy(Strategy):
     """Base class of every bouquet strategy (see the module docstring).
 
-    Parameters
-    ----------
-    setup : StrategySetup
-        Resolved configuration and initial model.
-
+    Subclasses declare :attr:`config_sections` (their configuration sections by prefix),
+    :attr:`common_keys` and, for variants, :attr:`options`; the constructor's keyword arguments,
+    their checks and the ``Parameters`` section of the class docstring follow from them.
     """
 
     #: Record names a reply may hold; anything else is rejected.
     reply_records: tuple[str, ...] = ("arrays", "metrics")
+    #: Registry name sent to nodes in each message's ``method`` config key.
+    method_name: ClassVar[str] = ""
+    #: Configuration sections by prefix; their fields are keyword arguments.
+    config_sections: ClassVar[Mapping[str, type]] = {}
+    #: Sections whose arguments carry their prefix (``dp_enabled``).
+    prefixed_sections: ClassVar[tuple[str, ...]] = ()
+    #: CommonConfig keys the strategy reads.
+    common_keys: ClassVar[tuple[str, ...]] = BASE_COMMON_KEYS
+    #: A dataclass of variant options (not run-config keys), or None.
+    options: ClassVar[type | None] = None
+    #: Whether the strategy keeps a model (then it needs initial arrays before round 1).
+    holds_model: ClassVar[bool] = True
+    arguments: ClassVar[list[Argument]] = []
 
-    def __init__(self, setup: StrategySetup) -> None:
-        self.setup = setup
-        self.common = setup.common
-        self.method = setup.method
-        #: node_id -> partition-id, learnt with a hello query.
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Derive the class's arguments, signature and parameter docs from its declarations."""
+        super().__init_subclass__(**kwargs)
+        cls.arguments = arguments_of(cls.common_keys, cls.config_sections, cls.options,
+                                     cls.prefixed_sections)
+        cls.__signature__ = signature(cls.arguments)  # type: ignore[attr-defined]
+        doc = inspect.cleandoc(cls.__doc__ or cls.__name__)
+        cls.__doc__ = doc + "\n\n" + parameters_doc(cls.arguments)
+
+    def __init__(self, *, initial_arrays: ArrayRecord | None = None, method: str | None = None,
+                 task: str = "", **kwargs: Any) -> None:
+        parsed = parse(type(self).__name__, self.arguments, self.config_sections, self.options,
+                       kwargs)
+        self.federation = parsed.federation
+        self.option = parsed.options
+        self.setup = StrategySetup(common=parsed.common, sections=parsed.sections,
+                                   method=method or self.method_name, task=task,
+                                   initial_arrays=initial_arrays)
+        self.common = parsed.common
+        self.method = self.setup.method
+        #: node_id -> partition-id (learnt with a hello query; the node id itself under
+        #: ``discovery="grid"``).
         self.partitions: dict[int, int] = {}
         #: partition-id -> number of local training examples reported at hello.
         self.sizes: dict[int, int] = {}
@@ -149,6 +216,41 @@ class BouquetStrategy(Strategy):
         self.round_offset = 0
         #: Errors nodes answered to hello queries, until a round's log records them.
         self.node_errors = NodeErrors()
+        #: The phases sent and not yet admitted, by message type.
+        self.pending: dict[str, PendingPhase] = {}
+        #: The log of the last admitted phase, by message type (``train``, ``evaluate``).
+        self.last_log: dict[str, RoundLog] = {}
+
+    @classmethod
+    def from_setup(cls, setup: StrategySetup, **options: Any) -> Self:
+        """Build from bouquet's resolved configuration (what the runner and factories do).
+
+        Nodes are found with ``discovery="query"`` (bouquet's ClientApp answers it) and every
+        online node evaluates (``fraction_evaluate=1``); ``options`` adds or overrides arguments.
+        """
+        kwargs = as_arguments(cls.arguments, setup.common, setup.sections)
+        kwargs.update({"discovery": "query", "fraction_evaluate": 1.0,
+                       "min_available_nodes": setup.common.min_train_nodes})
+        kwargs.update(options)
+        return cls(initial_arrays=setup.initial_arrays, method=setup.method, task=setup.task,
+                   **kwargs)
+
+    # ------------------------------------------------------------------ the model
+    def needs_model(self) -> bool:
+        """Whether the initial model is still to come (from ``configure_train``'s ``arrays``)."""
+        return False
+
+    def bind_model(self, arrays: ArrayRecord) -> None:
+        """Take the initial model (strategies that hold one override this)."""
+
+    def ensure_model(self, arrays: ArrayRecord | None) -> None:
+        """Bind ``arrays`` as the initial model when none was given to the constructor."""
+        if not self.needs_model():
+            return
+        if arrays is None or not len(arrays):
+            raise ValueError(f"{type(self).__name__} needs the initial model: pass "
+                             "initial_arrays to the constructor or to start()")
+        self.bind_model(arrays)
 
     # ------------------------------------------------------------------ method hooks
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
@@ -221,23 +323,32 @@ class BouquetStrategy(Strategy):
         return ConfigRecord({"method": self.method, "server-round": rnd})
 
     # ------------------------------------------------------------------ node discovery
+    def wanted_nodes(self) -> int:
+        """How many usable nodes a round waits for."""
+        return max(self.common.min_train_nodes, self.federation.min_available_nodes)
+
     def discover(self, grid: Grid) -> dict[int, int]:
         """Return ``{partition_id: node_id}`` of online nodes, waiting up to the deadline.
 
-        New nodes are asked once for their ``partition-id`` (a ``query`` message).
+        ``discovery="grid"``: the node ids Flower's grid lists, each standing for its own
+        partition (no message is sent). ``discovery="query"``: new nodes are asked once for
+        their ``partition-id`` and data size (a ``query`` message).
         """
         deadline = time.monotonic() + self.common.sample_deadline
+        wanted = self.wanted_nodes()
         waited = False
         while True:
             online = sorted(grid.get_node_ids())
             new = [n for n in online if n not in self.partitions]
-            if new:
+            if new and self.federation.discovery == "grid":
+                self.partitions.update({n: n for n in new})
+            elif new:
                 self._hello(grid, new)
             by_pid: dict[int, int] = {}
             for n in online:
                 if n in self.partitions:
                     by_pid[self.partitions[n]] = n
-            if len(by_pid) >= self.common.min_train_nodes:
+            if len(by_pid) >= wanted:
                 return by_pid
             if time.monotonic() >= deadline:
                 unusable = [n for n in online if n not in self.partitions]
@@ -249,22 +360,21 @@ class BouquetStrategy(Strategy):
                     self.node_errors.failures(unusable),
                 )
             if not waited:
-                log.info("waiting for %d node(s) (have %d)", self.common.min_train_nodes,
-                         len(by_pid))
+                log.info("waiting for %d node(s) (have %d)", wanted, len(by_pid))
                 waited = True
             time.sleep(1.0)
 
     def _hello(self, grid: Grid, node_ids: list[int]) -> None:
-        msgs = {
-            n: Message(
+        msgs = [
+            Message(
                 RecordDict({"config": ConfigRecord({"action": HELLO_ACTION,
                                                     "method": self.method})}),
                 dst_node_id=n,
                 message_type=MessageType.QUERY,
             )
             for n in node_ids
-        }
-        replies, missing = exchange(grid, msgs, timeout=self.common.round_timeout)
+        ]
+        replies, missing = send_and_collect(grid, msgs, timeout=self.common.round_timeout)
         self._note_hello_failures(replies, missing)
         online = set(grid.get_node_ids())
         for n, reply in sorted(replies.items()):
@@ -331,6 +441,8 @@ class BouquetStrategy(Strategy):
         if self.common.local_steps > 0:
             return self.common.local_steps
         size = self.declared_size(partition_id) if clipped else self.sizes.get(partition_id, 0)
+        if size <= 0 and self.federation.discovery == "grid":
+            return v.MAX_COUNT  # no declared size bounds it (FederationOptions.discovery)
         n = max(size, 1)
         return max(1, self.common.local_epochs * int(np.ceil(n / self.common.batch_size)))
 
@@ -393,49 +505,48 @@ class BouquetStrategy(Strategy):
         return True
 
     # ------------------------------------------------------------------ one round
-    def train_round(self, grid: Grid, rnd: int) -> RoundLog:
-        """Sample, send, collect, validate and aggregate one training round."""
-        by_pid = self.discover(grid)
-        chosen = self.choose_partitions(rnd, sorted(by_pid))
-        contents = self.configure_round(rnd, chosen)
-        return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN)
 
-    def run_phase(
-        self,
-        grid: Grid,
-        rnd: int,
-        contents: Mapping[int, RecordDict],
-        by_pid: Mapping[int, int],
-        message_type: str,
-        *,
-        aggregate: bool = True,
-        norm_key: str = "train",
-    ) -> RoundLog:
-        """Send ``contents`` (by partition) and collect, validate and (optionally) aggregate.
-
-        Train replies (``aggregate=True``) pass, in order: the record names, the auxiliary
-        metrics (finite scalars), the weight (:meth:`check_weight`), the method's
-        :meth:`validate_reply`, and the norm screen (:meth:`screen_norms`). The aggregate is
-        rolled back if it leaves a non-finite global state. Evaluation replies pass
-        :func:`~bouquet.strategies.validation.evaluation_reply`. Every refused reply is named
-        in ``failures``.
-        """
-        rlog = RoundLog(round=rnd, sampled=sorted(contents))
-        self.report_query_errors(rlog)
+    # ------------------------------------------------------------------ one phase
+    def send_phase(self, rnd: int, contents: Mapping[int, RecordDict], by_pid: Mapping[int, int],
+                   message_type: str, *, norm_key: str = "train",
+                   before: RoundLog | None = None) -> list[Message]:
+        """Messages for ``contents`` (by partition); the phase waits in :attr:`pending`."""
         node_of = {pid: by_pid[pid] for pid in contents}
-        down = {pid: content_bytes(c) for pid, c in contents.items()}
-        msgs = {
-            node_of[pid]: Message(c, dst_node_id=node_of[pid], message_type=message_type,
-                                  group_id=str(rnd))
-            for pid, c in contents.items()
-        }
-        replies, missing = exchange(grid, msgs, timeout=self.common.round_timeout)
-        pid_of = {n: pid for pid, n in node_of.items()}
+        messages = [Message(c, dst_node_id=node_of[pid], message_type=message_type,
+                            group_id=str(rnd)) for pid, c in contents.items()]
+        self.pending[message_type] = PendingPhase(
+            round=rnd, message_type=message_type, norm_key=norm_key,
+            partition_of={n: pid for pid, n in node_of.items()},
+            down_bytes={pid: content_bytes(c) for pid, c in contents.items()},
+            messages=messages, before=before)
+        return messages
+
+    def admit_phase(self, message_type: str, replies: Iterable[Message]) -> RoundLog:
+        """Admit the replies to the pending phase of ``message_type``: the one admission path.
+
+        Train replies pass, in order: the record names, the auxiliary metrics (finite
+        scalars), the weight (:meth:`check_weight`), the method's :meth:`validate_reply`, and
+        the norm screen (:meth:`screen_norms`); the aggregate is rolled back if it leaves a
+        non-finite global state. Evaluation replies pass
+        :func:`~bouquet.strategies.validation.evaluation_reply`. Error replies are mapped to
+        their node through ``reply_to_message_id``, messages without a reply are counted
+        missing, and every refused reply is named in ``failures``.
+        """
+        phase = self.pending.pop(message_type)
+        rnd = phase.round
+        if phase.before is not None and not phase.messages:
+            self.last_log[message_type] = phase.before
+            return phase.before
+        rlog = RoundLog(round=rnd, sampled=sorted(phase.down_bytes))
+        self.report_query_errors(rlog)
+        by_node, missing = match_replies(phase.messages, replies)
+        pid_of = phase.partition_of
+        train = message_type == MessageType.TRAIN
         good: list[NodeReply] = []
         norms: dict[int, float] = {}
         for node in missing:
             rlog.fail("missing", node, pid_of[node], "no reply before the round timeout")
-        for node, reply in sorted(replies.items()):
+        for node, reply in sorted(by_node.items()):
             pid = pid_of[node]
             if reply.has_error():
                 rlog.fail("errors", node, pid, f"code {reply.error.code}: {reply.error.reason}")
@@ -444,7 +555,7 @@ class BouquetStrategy(Strategy):
             up = content_bytes(content)
             rlog.up_bytes += up
             try:
-                if aggregate:
+                if train:
                     norm = self.admit_train_reply(rnd, pid, content)
                     if norm is not None:
                         norms[pid] = norm
@@ -454,24 +565,50 @@ class BouquetStrategy(Strategy):
             except InvalidReply as exc:
                 rlog.fail("rejected", node, pid, str(exc))
                 continue
-            good.append(NodeReply(node, pid, content, up, down[pid]))
-        for pid, reason in self.screen_norms(norms, norm_key).items():
+            good.append(NodeReply(node, pid, content, up, phase.down_bytes[pid]))
+        node_of = {pid: n for n, pid in pid_of.items()}
+        for pid, reason in self.screen_norms(norms, phase.norm_key).items():
             rlog.fail("rejected", node_of[pid], pid, reason)
             good = [r for r in good if r.partition_id != pid]
             del norms[pid]
-        rlog.down_bytes = sum(down.values())
+        rlog.down_bytes = sum(phase.down_bytes.values())
         rlog.clients = len(good)
-        if not aggregate:
+        if not train:
             rlog.metrics = weighted_metrics(good)
         elif good:
             rlog.metrics = self.aggregate_safely(rnd, sorted(good, key=lambda r: r.partition_id),
                                                  rlog)
             if rlog.clients:
                 self.remember_norms(
-                    [norms[r.partition_id] for r in good if r.partition_id in norms], norm_key)
+                    [norms[r.partition_id] for r in good if r.partition_id in norms],
+                    phase.norm_key)
         else:
             log.warning("round %d: no usable reply; the global state is kept", rnd)
+        if phase.before is not None:
+            merge_phase(rlog, phase.before)
+        self.last_log[message_type] = rlog
         return rlog
+
+    def run_phase(self, grid: Grid, rnd: int, contents: Mapping[int, RecordDict],
+                  by_pid: Mapping[int, int], message_type: str, *,
+                  norm_key: str = "train") -> RoundLog:
+        """Send ``contents`` (by partition), wait up to ``round-timeout``, admit the replies."""
+        messages = self.send_phase(rnd, contents, by_pid, message_type, norm_key=norm_key)
+        replies = grid.send_and_receive(messages, timeout=self.common.round_timeout) \
+            if messages else []
+        return self.admit_phase(message_type, replies)
+
+    def before_train(self, grid: Grid, rnd: int) -> RoundLog | None:
+        """A phase to run before a round's training (Fed-SB's one-time init); None by default."""
+        return None
+
+    def train_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Sample, send, collect, validate and aggregate one training round."""
+        messages = self.configure_train(rnd, self.global_arrays() or ArrayRecord(),
+                                        ConfigRecord(), grid)
+        replies = grid.send_and_receive(messages, timeout=self.common.round_timeout) \
+            if messages else []
+        return self.admit_phase(MessageType.TRAIN, replies)
 
     def admit_train_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float | None:
         """The checks every train reply passes before the method's own; returns its norm."""
@@ -515,66 +652,94 @@ class BouquetStrategy(Strategy):
         return {}
 
     # ------------------------------------------------------------------ federated evaluation
-    def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
-        """Ask every online node to evaluate :meth:`global_arrays`; weighted-average metrics."""
+    def evaluation_content(self, rnd: int, partition_id: int) -> RecordDict | None:
+        """What a node needs to evaluate the global state (None: nothing to evaluate yet)."""
+        content = RecordDict({"config": self.base_config(rnd)})
         arrays = self.global_arrays()
-        by_pid = self.discover(grid)
+        if arrays is not None:
+            content["arrays"] = arrays
+        return content
+
+    def evaluation_messages(self, rnd: int, by_pid: Mapping[int, int], chosen: list[int],
+                            config: ConfigRecord | None = None) -> list[Message]:
+        """Evaluation instructions to the ``chosen`` partitions (the phase waits in pending)."""
         contents = {}
-        for pid in sorted(by_pid):
-            cfg = self.base_config(rnd)
-            content = RecordDict({"config": cfg})
-            if arrays is not None:
-                content["arrays"] = arrays
-            contents[pid] = content
-        return self.run_phase(grid, rnd, contents, by_pid, MessageType.EVALUATE, aggregate=False)
+        for pid in chosen:
+            content = self.evaluation_content(rnd, pid)
+            if content is None:
+                return self.send_phase(rnd, {}, by_pid, MessageType.EVALUATE)
+            contents[pid] = with_user_config(content, config)
+        return self.send_phase(rnd, contents, by_pid, MessageType.EVALUATE)
+
+    def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
+        """Ask every online node to evaluate the global state; weighted-average metrics."""
+        by_pid = self.discover(grid)
+        messages = self.evaluation_messages(rnd, by_pid, sorted(by_pid))
+        replies = grid.send_and_receive(messages, timeout=self.common.round_timeout) \
+            if messages else []
+        return self.admit_phase(MessageType.EVALUATE, replies)
 
     # ------------------------------------------------------------------ Flower Strategy API
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Flower API: messages for a round (node ids learnt with :meth:`discover`)."""
+        """Flower API: this round's messages (``config`` is added to each message's config).
+
+        ``arrays`` is the initial model when the constructor had none; afterwards the
+        strategy's own global state is what is sent.
+        """
+        self.ensure_model(arrays)
         by_pid = self.discover(grid)
+        before = self.before_train(grid, server_round)
+        if before is not None and self.skip_training():
+            return self.send_phase(server_round, {}, by_pid, MessageType.TRAIN, before=before)
         chosen = self.choose_partitions(server_round, sorted(by_pid))
-        return [
-            Message(c, dst_node_id=by_pid[pid], message_type=MessageType.TRAIN)
-            for pid, c in self.configure_round(server_round, chosen).items()
-        ]
+        contents = {pid: with_user_config(c, config)
+                    for pid, c in self.configure_round(server_round, chosen).items()}
+        return self.send_phase(server_round, contents, by_pid, MessageType.TRAIN, before=before)
+
+    def skip_training(self) -> bool:
+        """Whether the round stops after :meth:`before_train` (its phase failed)."""
+        return False
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Flower API: validate and aggregate replies (errors and bad replies are dropped)."""
-        good = []
-        for r in replies:
-            pid = self.partitions.get(r.metadata.src_node_id, -1)
-            if r.has_error():
-                log.warning("round %d: error reply from node %d (partition %d): %s", server_round,
-                            r.metadata.src_node_id, pid, short_reason(r.error.reason or ""))
-                continue
-            try:
-                self.validate_reply(server_round, pid, r.content)
-            except InvalidReply as exc:
-                log.warning("dropping reply from partition %d: %s", pid, exc)
-                continue
-            good.append(NodeReply(r.metadata.src_node_id, pid, r.content, 0, 0))
-        metrics = self.aggregate_round(server_round, good) if good else {}
-        return self.global_arrays(), MetricRecord(dict(metrics)) if metrics else None
+        """Flower API: admit and aggregate the replies (bad ones are dropped and counted).
+
+        The MetricRecord holds the method's metrics and the round's counters (``clients``,
+        ``rejected``, ``errors``, ``missing``, ``up_bytes``, ``down_bytes``).
+        """
+        rlog = self.admit_phase(MessageType.TRAIN, replies)
+        return self.global_arrays(), round_metrics(rlog)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Flower API: evaluation runs through :meth:`evaluate_round` instead."""
-        return []
+        """Flower API: the global state to ``fraction_evaluate`` of the online nodes."""
+        if self.federation.fraction_evaluate <= 0:
+            return []
+        by_pid = self.discover(grid)
+        available = sorted(by_pid)
+        k = int(np.ceil(self.federation.fraction_evaluate * len(available)))
+        k = max(min(k, len(available)), min(self.federation.min_evaluate_nodes, len(available)))
+        rng = np.random.default_rng([self.common.seed, server_round, 11])
+        chosen = sorted(available[i] for i in rng.choice(len(available), size=k, replace=False))
+        return self.evaluation_messages(server_round, by_pid, chosen, config)
 
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
-        """Flower API: see :meth:`configure_evaluate`."""
-        return None
+        """Flower API: admit the evaluation replies; their weighted-average metrics."""
+        if MessageType.EVALUATE not in self.pending:
+            return None
+        rlog = self.admit_phase(MessageType.EVALUATE, replies)
+        return round_metrics(rlog)
 
     def summary(self) -> None:
         """Flower API: log the strategy's name and key settings."""
-        log.info("%s (method %s, task %s)", type(self).__name__, self.method, self.setup.task)
+        log.info("%s (method %s, task %s, discovery %s)", type(self).__name__, self.method,
+                 self.setup.task or "-", self.federation.discovery)
 
 
 # ---------------------------------------------------------------------- initial model
@@ -601,9 +766,9 @@ def initial_arrays_from_nodes(grid: Grid, *, timeout: float, deadline: float,
         fresh = [n for n in sorted(grid.get_node_ids()) if n not in asked][:ask]
         if fresh:
             asked += fresh
-            msgs = {n: Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
-                               dst_node_id=n, message_type=MessageType.QUERY) for n in fresh}
-            replies, missing = exchange(grid, msgs, timeout=timeout)
+            msgs = [Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
+                            dst_node_id=n, message_type=MessageType.QUERY) for n in fresh]
+            replies, missing = send_and_collect(grid, msgs, timeout=timeout)
             for n in missing:
                 errors.note(n, query, "no answer within round-timeout")
             for n, reply in sorted(replies.items()):
@@ -668,44 +833,15 @@ def short_reason(reason: str, limit: int = 400) -> str:
     lines = [ln.strip() for ln in _ANSI.sub("", reason).splitlines() if ln.strip()]
     text = " | ".join(lines[-3:]) if lines else ""
     return text[-limit:]
-def exchange(
-    grid: Grid, msgs: Mapping[int, Message], *, timeout: float, poll: float = 0.1
-) -> tuple[dict[int, Message], list[int]]:
-    """Push one message per node and pull replies until all arrive or ``timeout`` passes.
+def train_metric_name(name: str) -> str:
+    """The one naming rule of train metrics: ``loss`` -> ``train_loss``; ``train_loss`` kept."""
+    return name if name.startswith("train_") else f"train_{name}"
 
-    Returns
-    -------
-    replies : dict[int, Message]
-        Reply (or error reply) by destination node id, mapped through ``reply_to_message_id``.
-    missing : list[int]
-        Nodes whose reply did not arrive in time.
 
-    """
-    if not msgs:
-        return {}, []
-    order = list(msgs.items())
-    ids = list(grid.push_messages([m for _, m in order]))
-    node_of: dict[str, int] = {}
-    for node, m in order:
-        mid = m.metadata.message_id
-        if mid:
-            node_of[mid] = node
-    if not node_of and len(ids) == len(order):  # grids that do not stamp the instruction
-        node_of = {mid: node for mid, (node, _) in zip(ids, order, strict=True)}
-    pending = set(node_of)
-    replies: dict[int, Message] = {}
-    end = time.monotonic() + timeout
-    while pending:
-        for reply in grid.pull_messages(list(pending)):
-            mid = reply.metadata.reply_to_message_id
-            if mid in pending:
-                replies[node_of[mid]] = reply
-                pending.discard(mid)
-        if not pending or time.monotonic() >= end:
-            break
-        time.sleep(poll)
-    missing = [node_of[m] for m in pending] + [n for n, _ in order if n not in node_of.values()]
-    return replies, sorted(set(missing))
+def train_metrics(replies: list[NodeReply], skip: tuple[str, ...] = ()) -> dict[str, float]:
+    """The replies' weighted-average metrics under their train names (``skip``: left out)."""
+    return {train_metric_name(k): x for k, x in weighted_metrics(replies).items()
+            if k not in skip}
 
 
 def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[str, float]:
@@ -722,3 +858,66 @@ def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[
             if k != "num-examples" and isinstance(x, int | float) and not isinstance(x, bool):
                 totals[k] = totals.get(k, 0.0) + w * float(x)
     return {k: x / weight_sum for k, x in totals.items()} if weight_sum else {}
+
+
+def with_user_config(content: RecordDict, config: ConfigRecord | None) -> RecordDict:
+    """Add the user's ``train_config``/``evaluate_config`` entries to a message's config.
+
+    The strategy's own entries (``method``, ``server-round``, the method's keys) win.
+    """
+    if config and "config" in content:
+        own = content.config_records["config"]
+        content["config"] = ConfigRecord({**dict(config), **dict(own)})
+    return content
+
+
+def match_replies(messages: list[Message], replies: Iterable[Message]
+                  ) -> tuple[dict[int, Message], list[int]]:
+    """Map replies to the node each message went to; return them and the nodes without one.
+
+    A reply is matched through ``reply_to_message_id`` (the SuperLink signs "node unavailable"
+    errors with its own node id); messages the grid did not stamp with an id are matched by the
+    reply's source node.
+    """
+    by_id = {m.metadata.message_id: m.metadata.dst_node_id for m in messages
+             if m.metadata.message_id}
+    sent = {m.metadata.dst_node_id for m in messages}
+    out: dict[int, Message] = {}
+    for reply in replies:
+        node = by_id.get(reply.metadata.reply_to_message_id)
+        if node is None and not by_id and reply.metadata.src_node_id in sent:
+            node = reply.metadata.src_node_id
+        if node is not None and node not in out:
+            out[node] = reply
+    return out, sorted(sent - set(out))
+
+
+def send_and_collect(grid: Grid, messages: list[Message], *, timeout: float
+                     ) -> tuple[dict[int, Message], list[int]]:
+    """Flower's ``send_and_receive``, with the replies mapped to their nodes (see above)."""
+    if not messages:
+        return {}, []
+    return match_replies(messages, grid.send_and_receive(messages, timeout=timeout))
+
+
+def merge_phase(rlog: RoundLog, before: RoundLog) -> None:
+    """Fold a phase run before the round's training (Fed-SB's init) into the round's log."""
+    rlog.metrics["init_up_bytes"] = float(before.up_bytes)
+    rlog.metrics["init_down_bytes"] = float(before.down_bytes)
+    rlog.up_bytes += before.up_bytes
+    rlog.down_bytes += before.down_bytes
+    for f in before.failures:
+        if f["kind"] in ("rejected", "errors", "missing"):
+            setattr(rlog, f["kind"], getattr(rlog, f["kind"]) + 1)
+    rlog.failures = before.failures + rlog.failures
+
+
+#: The counters of a round that travel in Flower's ``Result`` beside the method's metrics.
+COUNTERS = ("clients", "rejected", "errors", "missing", "up_bytes", "down_bytes")
+
+
+def round_metrics(rlog: RoundLog) -> MetricRecord:
+    """A round's metrics and counters as the MetricRecord Flower's ``Result`` keeps."""
+    out: dict[str, int | float] = {k: float(x) for k, x in rlog.metrics.items()}
+    out.update({k: int(getattr(rlog, k)) for k in COUNTERS})
+    return MetricRecord(out)  # type: ignore[arg-type]

@@ -39,9 +39,15 @@ class FedEFConfig(FedAvgCompressedConfig):
 
 
 class FedAvgCompressed(VectorUplinkStrategy):
-    """``x <- x - eta_g mean_i decode(payload_i)``."""
+    """FedAvg with a compressed uplink: ``x <- x - eta_g mean_i decode(payload_i)``.
+
+    Its clients send ``C(x - y_i)`` in a ``payload`` record (bouquet's client half), so it does
+    not talk to a plain Flower ClientApp.
+    """
 
     prefix = "fedavg-compressed"
+    method_name = "fedavg-compressed"
+    config_sections = {"fedavg-compressed": FedAvgCompressedConfig}
 
     def apply(self, rnd: int, vectors: list[list[np.ndarray]], replies: list[NodeReply]
               ) -> dict[str, float]:
@@ -52,16 +58,18 @@ class FedAvgCompressed(VectorUplinkStrategy):
 
 
 class FedEF(FedAvgCompressed):
-    """Fed-EF: the server is FedAvg-compressed's; the residual lives on the clients."""
+    """Fed-EF (Li & Li, ICML 2023): FedAvg-compressed's server; the residual lives on the clients."""
 
     prefix = "fed-ef"
+    method_name = "fed-ef"
+    config_sections = {"fed-ef": FedEFConfig}
 
 
 def build_fedavg_compressed(setup: StrategySetup) -> FedAvgCompressed:
     """Strategy factory of ``fedavg-compressed``."""
-    return FedAvgCompressed(setup)
+    return FedAvgCompressed.from_setup(setup)
 
 
 def build_fed_ef(setup: StrategySetup) -> FedEF:
     """Strategy factory of ``fed-ef``."""
-    return FedEF(setup)
+    return FedEF.from_setup(setup)

@@ -19,7 +19,7 @@ from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from bouquet.schema import key
-from bouquet.strategies.base import NodeReply, StrategySetup, weighted_metrics
+from bouquet.strategies.base import NodeReply, StrategySetup, train_metrics
 from bouquet.strategies.model import ModelStrategy, to_numpy
 
 
@@ -36,11 +36,27 @@ class FedAvgConfig:
 
 
 class FedAvg(ModelStrategy):
-    """Federated averaging weighted by the number of local examples (or a robust rule)."""
+    """Federated averaging (McMahan et al., AISTATS 2017) under bouquet's reply contracts.
 
-    def __init__(self, setup: StrategySetup) -> None:
-        super().__init__(setup)
-        self.cfg: FedAvgConfig = setup.sections.get("fedavg", FedAvgConfig())
+    A drop-in for Flower's ``FedAvg``: it talks to any ClientApp that follows Flower's
+    conventions (replies with ``arrays`` and ``metrics`` holding ``num-examples``) and runs
+    through ``strategy.start(...)``. Bad replies are dropped and counted instead of aborting the
+    round; weights are capped; a reply far off the median update norm is refused.
+
+    Examples
+    --------
+    >>> from bouquet.strategies import FedAvg
+    >>> strategy = FedAvg(fraction_train=0.5, min_available_nodes=2)  # doctest: +SKIP
+    >>> result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=3)  # doctest: +SKIP
+    """
+
+    method_name = "fedavg"
+    config_sections = {"fedavg": FedAvgConfig}
+
+    @property
+    def cfg(self) -> FedAvgConfig:
+        """The ``fedavg`` section (aggregation rule)."""
+        return self.setup.sections["fedavg"]  # type: ignore[no-any-return]
 
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Send the global model to every sampled partition."""
@@ -65,9 +81,9 @@ class FedAvg(ModelStrategy):
                 avg[k] = (np.median(stack, axis=0) if self.cfg.aggregator == "median"
                           else trim_mean(stack, self.cfg.trim_fraction))
         self.weights = {k: avg[k].astype(self.weights[k].dtype) for k in self.weights}
-        return {f"train_{k}": v for k, v in weighted_metrics(replies).items()}
+        return train_metrics(replies)
 
 
 def build(setup: StrategySetup) -> FedAvg:
     """Strategy factory registered for ``fedavg``."""
-    return FedAvg(setup)
+    return FedAvg.from_setup(setup)

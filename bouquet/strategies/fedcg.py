@@ -40,6 +40,7 @@ from bouquet.compression.bitpack import index_width
 from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
 from bouquet.strategies import validation as v
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import NodeReply, StrategySetup
 from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
@@ -114,32 +115,45 @@ def wire_compressor(ratio: float, dim: int) -> Compressor:
     return Identity() if k >= dim else TopK(k=k)
 
 
+@dataclasses.dataclass(frozen=True)
+class FedCGOptions:
+    """FedCG's ablations as constructor options (the registry's fedcg-* methods set them)."""
+
+    selection: str = key(
+        "facility-location", "client selection: facility-location (FedCG) or random (seeded)",
+        choices=("facility-location", "random"))
+    ratios: str = key("lp", "keep-ratios: lp (FedCG) or uniform (fedcg.uniform-ratio)",
+                      choices=("lp", "uniform"))
+
+
 class FedCG(ModelStrategy):
-    """FedCG server (and, through ``selection``/``ratios``, its ablation baselines).
+    """FedCG server: submodular client selection and LP-chosen per-client top-k ratios.
 
-    Parameters
-    ----------
-    setup : StrategySetup
-        Resolved configuration with a ``fedcg`` section and the task's initial model.
-    selection : str
-        ``facility-location`` (FedCG) or ``random``.
-    ratios : str
-        ``lp`` (FedCG) or ``uniform``.
-
+    ``selection`` and ``ratios`` give the ablation baselines: ``fedcg-select-only`` is
+    ``ratios="uniform"``, ``fedcg-lp-only`` is ``selection="random"``, ``random-topk`` is both.
+    Its clients send top-k payloads (bouquet's client half).
     """
 
+    method_name = "fedcg"
+    config_sections = {"fedcg": FedcgConfig}
+    common_keys = (*BASE_COMMON_KEYS, *LOCAL_TRAINING_KEYS, "target_accuracy")
+    options = FedCGOptions
     reply_records = (PAYLOAD_RECORD, "metrics")
 
-    def __init__(self, setup: StrategySetup, selection: str = "facility-location",
-                 ratios: str = "lp") -> None:
-        super().__init__(setup)
-        self.cfg: FedcgConfig = setup.sections["fedcg"]
-        self.layout = Layout.of(self.weights)  # float models only (one flat update vector)
-        self.dim = self.layout.size
+    def __init__(self, **kwargs: Any) -> None:
+        # Server state (checkpointed).
+        self.signals: dict[int, np.ndarray] = {}
+        self.last_ratio: dict[int, float] = {}
+        self.sim_time = 0.0
+        self.time_after: dict[int, float] = {}
+        self.accuracy: dict[int, float] = {}
+        # The plan of the round in progress (transient: only aggregate_round commits it).
+        self._plan: fedcg_plan.RoundPlan | None = None
+        self._plan_round = 0
+        self._decoded: dict[int, np.ndarray] = {}
+        super().__init__(**kwargs)
         cfg = self.cfg
-        charged = cfg.virtual_params or self.dim
-        self.time_model = TimeModel(
-            params=charged, index_bits=index_width(charged) if cfg.charge_index_bits else 0)
+        variant: FedCGOptions = self.option
         self.profile = SimulatedProfile(
             seed=self.common.seed, step_time_min=cfg.step_time_min,
             step_time_max=max(cfg.step_time_max, cfg.step_time_min),
@@ -151,19 +165,23 @@ class FedCG(ModelStrategy):
             fallback_step_time=(cfg.step_time_min + cfg.step_time_max) / 2,
             fallback_uplink_mbps=(cfg.uplink_min_mbps + cfg.uplink_max_mbps) / 2)
         self.settings = fedcg_plan.PlanSettings(
-            selection=selection, ratios=ratios, lam_sel=cfg.diversity_weight,
+            selection=variant.selection, ratios=variant.ratios, lam_sel=cfg.diversity_weight,
             lam_cmp=cfg.error_weight, theta_min=cfg.theta_min, uniform_ratio=cfg.uniform_ratio,
             max_iterations=cfg.max_iterations, lp_form=cfg.lp_form, budget=cfg.time_budget)
-        # Server state (checkpointed).
-        self.signals: dict[int, np.ndarray] = {}
-        self.last_ratio: dict[int, float] = {}
-        self.sim_time = 0.0
-        self.time_after: dict[int, float] = {}
-        self.accuracy: dict[int, float] = {}
-        # The plan of the round in progress (transient: only aggregate_round commits it).
-        self._plan: fedcg_plan.RoundPlan | None = None
-        self._plan_round = 0
-        self._decoded: dict[int, np.ndarray] = {}
+
+    @property
+    def cfg(self) -> FedcgConfig:
+        """The ``fedcg`` section."""
+        return self.setup.sections["fedcg"]  # type: ignore[no-any-return]
+
+    def on_model(self) -> None:
+        """The flat layout (float models only) and the time model charged for it."""
+        self.layout = Layout.of(self.weights)
+        self.dim = self.layout.size
+        charged = self.cfg.virtual_params or self.dim
+        self.time_model = TimeModel(
+            params=charged,
+            index_bits=index_width(charged) if self.cfg.charge_index_bits else 0)
 
     # ------------------------------------------------------------------ planning
     def _system(self) -> SimulatedProfile | MeasuredProfile:
@@ -362,19 +380,19 @@ class FedCG(ModelStrategy):
 
 def build(setup: StrategySetup) -> FedCG:
     """Strategy factory of ``fedcg``: facility-location selection and LP ratios."""
-    return FedCG(setup, "facility-location", "lp")
+    return FedCG.from_setup(setup, selection="facility-location", ratios="lp")
 
 
 def build_select_only(setup: StrategySetup) -> FedCG:
     """``fedcg-select-only``: FedCG's selection, one uniform ratio (``fedcg.uniform-ratio``)."""
-    return FedCG(setup, "facility-location", "uniform")
+    return FedCG.from_setup(setup, selection="facility-location", ratios="uniform")
 
 
 def build_lp_only(setup: StrategySetup) -> FedCG:
     """``fedcg-lp-only``: seeded random selection, FedCG's LP ratios."""
-    return FedCG(setup, "random", "lp")
+    return FedCG.from_setup(setup, selection="random", ratios="lp")
 
 
 def build_random_topk(setup: StrategySetup) -> FedCG:
     """``random-topk``: seeded random selection, uniform top-k (ratio 1 = FedAvg)."""
-    return FedCG(setup, "random", "uniform")
+    return FedCG.from_setup(setup, selection="random", ratios="uniform")

@@ -48,7 +48,7 @@ from bouquet.strategies.base import (
     NodeReply,
     RoundLog,
     StrategySetup,
-    weighted_metrics,
+    train_metrics,
 )
 
 #: Downlink ConfigRecord and its bytes fields (K little-endian float32 each).
@@ -220,30 +220,34 @@ def read_down(content: RecordDict, num_seeds: int) -> tuple[np.ndarray, np.ndarr
 
 
 class FedKSeed(BouquetStrategy):
-    """Server of FedKSeed: the K-float accumulator is the whole global state.
+    """FedKSeed server (Qin et al., ICML 2024): the K-float accumulator is the whole global state.
 
-    Parameters
-    ----------
-    setup : StrategySetup
-        Needs the ``fedkseed`` section; ``initial_arrays`` is ignored (the server holds no model).
-
+    The server holds no model: ``start(initial_arrays=ArrayRecord(), ...)`` is fine, and the
+    ``arrays`` of Flower's ``Result`` stay empty (nodes rebuild the model from the seeds).
+    Its clients send (seed index, scalar) pairs (bouquet's client half).
     """
 
+    method_name = "fedkseed"
+    config_sections = {"fedkseed": FedKSeedConfig}
     #: Read by the runner: no initial model is built and evaluation is federated.
     holds_model = False
     #: FedKSeed-Pro sends seed probabilities and keeps per-seed statistics.
     pro = False
     reply_records = (PAIRS_RECORD, "metrics")
 
-    def __init__(self, setup: StrategySetup) -> None:
-        super().__init__(setup)
-        self.cfg: FedKSeedConfig = setup.sections["fedkseed"]
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         k = self.cfg.num_seeds
         #: Scalar-gradient accumulator, float64 here, sent as fp32.
         self.accumulator = np.zeros(k, dtype=np.float64)
         #: Pro's history of each seed, kept as sum of |clip(g)| and length (starts at [0.0]).
         self.abs_sum = np.zeros(k, dtype=np.float64)
         self.count = np.ones(k, dtype=np.float64)
+
+    @property
+    def cfg(self) -> FedKSeedConfig:
+        """The ``fedkseed`` section."""
+        return self.setup.sections["fedkseed"]  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ downlink
     def probabilities(self) -> np.ndarray:
@@ -291,7 +295,7 @@ class FedKSeed(BouquetStrategy):
                 np.add.at(self.abs_sum, idx, np.abs(np.clip(g, -clip, clip)))
                 np.add.at(self.count, idx, 1.0)
             pairs += idx.size
-        metrics = {f"train_{k}": x for k, x in weighted_metrics(replies).items()}
+        metrics = train_metrics(replies)
         metrics.update({
             "pairs_per_client": pairs / len(replies),
             "train_up_bytes_per_client": float(np.mean([r.up_bytes for r in replies])),
@@ -301,13 +305,10 @@ class FedKSeed(BouquetStrategy):
         return metrics
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
-        """Federated evaluation: every online node rebuilds the model from ``A`` and evaluates."""
-        by_pid = self.discover(grid)
-        contents = {pid: RecordDict({DOWN_RECORD: self.down_record(with_probabilities=False),
-                                     "config": self.base_config(rnd)})
-                    for pid in sorted(by_pid)}
-        return self.run_phase(grid, rnd, contents, by_pid, MessageType.EVALUATE, aggregate=False)
+    def evaluation_content(self, rnd: int, partition_id: int) -> RecordDict:
+        """Federated evaluation: every node rebuilds the model from ``A`` and evaluates."""
+        return RecordDict({DOWN_RECORD: self.down_record(with_probabilities=False),
+                           "config": self.base_config(rnd)})
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -334,6 +335,7 @@ class FedKSeed(BouquetStrategy):
 class FedKSeedPro(FedKSeed):
     """FedKSeed-Pro: clients sample seeds with probabilities that favour important seeds."""
 
+    method_name = "fedkseed-pro"
     pro = True
 
 

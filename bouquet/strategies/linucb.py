@@ -43,6 +43,7 @@ from flwr.app import MetricRecord, RecordDict
 from bouquet.privacy import ledger, shuffle, tree
 from bouquet.schema import key
 from bouquet.strategies import validation as v
+from bouquet.strategies.arguments import BASE_COMMON_KEYS
 from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
 from bouquet.strategies.model import to_numpy, to_record
 
@@ -253,31 +254,53 @@ def announced_values(proto: Protocol) -> dict[str, int]:
             "batch-steps": proto.batch}
 
 
+@dataclasses.dataclass(frozen=True)
+class FedLinUCBOptions:
+    """FedLinUCB's privacy variant and the feature dimension (constructor options)."""
+
+    privacy: str = key(
+        "none", "none: FedLinUCB; ldp: silo-level LDP (tree mechanism); sdp-amp / sdp-vecsum: "
+        "shuffle DP by amplification / the vector-sum protocol",
+        choices=("none", "ldp", "sdp-amp", "sdp-vecsum"))
+    context_dim: int = key(0, "d: dimension of the contexts (required; the bandit task's "
+                           "context-dim)", min=0)
+
+
 class FedLinUCB(BouquetStrategy):
     """Server of (private) federated LinUCB: sums tree nodes per level, broadcasts prefixes.
 
     Everything that calibrates noise (``M``, the horizon, ``B``, the bounds) comes from the
     operator's configuration; what nodes report (partition ids at hello, the number of nodes
-    online) never enters it. Partitions outside ``0..M-1`` are not asked to train.
-
-    Parameters
-    ----------
-    setup : StrategySetup
-        Resolved configuration (sections ``linucb``, ``dp-linucb`` for private variants, and the
-        bandit task's section).
-    variant : str
-        ``none``, ``ldp``, ``sdp-amp`` or ``sdp-vecsum``.
-
+    online) never enters it. Partitions outside ``0..M-1`` are not asked to train. The private
+    variants (``privacy``) key silos by partition id and so need ``discovery="query"``.
     """
 
+    method_name = "fedlinucb"
+    config_sections = {"linucb": LinUCBConfig, "dp-linucb": DPLinUCBConfig}
+    common_keys = (*BASE_COMMON_KEYS, "num_server_rounds")
+    options = FedLinUCBOptions
+    holds_model = False
     reply_records = ("node", "metrics")
 
-    def __init__(self, setup: StrategySetup, variant: str) -> None:
-        super().__init__(setup)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        setup = self.setup
+        opts: FedLinUCBOptions = self.option
+        variant = opts.privacy
+        if self.method == self.method_name and variant != "none":
+            self.method = self.setup.method = next(m for m, x in VARIANTS.items()
+                                                   if x == variant)
+        if opts.context_dim < 1:
+            raise ValueError("FedLinUCB: context_dim is required (>= 1): the dimension of the "
+                             "bandit contexts")
+        if variant != "none" and self.federation.discovery != "query":
+            raise ValueError(f"FedLinUCB: privacy={variant!r} keys silos by partition id: use "
+                             "discovery='query' (bouquet's ClientApp answers it)")
         self.variant = variant
         self.lin: LinUCBConfig = setup.sections["linucb"]
-        self.dp: DPLinUCBConfig | None = setup.sections.get("dp-linucb")
-        self.dim = int(env_section(setup.sections).context_dim)
+        self.dp: DPLinUCBConfig | None = setup.sections["dp-linucb"] if variant != "none" \
+            else None
+        self.dim = opts.context_dim
         self.horizon_rounds = horizon_of(self.lin, self.common.num_server_rounds)
         if self.common.num_server_rounds > self.horizon_rounds:
             raise ValueError(
@@ -516,24 +539,30 @@ class FedLinUCB(BouquetStrategy):
 
 
 # ---------------------------------------------------------------------- factories
+def from_setup(setup: StrategySetup, privacy: str) -> FedLinUCB:
+    """FedLinUCB from bouquet's config; ``context_dim`` comes from the bandit task's section."""
+    return FedLinUCB.from_setup(setup, privacy=privacy,
+                                context_dim=int(env_section(setup.sections).context_dim))
+
+
 def build_fedlinucb(setup: StrategySetup) -> FedLinUCB:
     """Strategy factory of ``fedlinucb``."""
-    return FedLinUCB(setup, "none")
+    return from_setup(setup, "none")
 
 
 def build_ldp(setup: StrategySetup) -> FedLinUCB:
     """Strategy factory of ``dp-fedlinucb-ldp``."""
-    return FedLinUCB(setup, "ldp")
+    return from_setup(setup, "ldp")
 
 
 def build_sdp_amp(setup: StrategySetup) -> FedLinUCB:
     """Strategy factory of ``dp-fedlinucb-sdp-amp``."""
-    return FedLinUCB(setup, "sdp-amp")
+    return from_setup(setup, "sdp-amp")
 
 
 def build_sdp_vecsum(setup: StrategySetup) -> FedLinUCB:
     """Strategy factory of ``dp-fedlinucb-sdp-vecsum``."""
-    return FedLinUCB(setup, "sdp-vecsum")
+    return from_setup(setup, "sdp-vecsum")
 
 
 # ---------------------------------------------------------------------- conformance

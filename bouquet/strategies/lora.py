@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
+from bouquet.privacy.dp_config import DPConfig
 from bouquet.schema import key
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies import validation as v
 from bouquet.strategies.base import BouquetStrategy, NodeReply, RoundLog, StrategySetup
 from bouquet.strategies.model import to_numpy, to_record
@@ -268,27 +270,24 @@ def merge(variant: str, base: Mapping[str, np.ndarray], adapted: Sequence[Adapte
 
 # --------------------------------------------------------------------------- strategy
 class LoraStrategy(BouquetStrategy):
-    """Server of FedIT / FFA-LoRA / Fed-SB (``variant`` picks the method; see module docstring).
+    """Server of the LoRA family (FedIT / FFA-LoRA / Fed-SB; see the module docstring).
 
-    Parameters
-    ----------
-    setup : StrategySetup
-        Needs the task's pretrained weights as ``initial_arrays`` and the ``lora`` (and
-        ``fed-sb``, ``dp``) sections.
-    variant : str
-        ``"fedit"``, ``"ffa"`` or ``"fedsb"``.
-
+    The initial model is the task's pretrained weights (``initial_arrays``, or the ``arrays`` of
+    the first ``configure_train``); only adapters and the head travel. Subclasses set
+    :attr:`variant`.
     """
 
     reply_records = ("arrays", "metrics", GRADS_RECORD)
+    config_sections = {"lora": LoraConfig, "dp": DPConfig}
+    prefixed_sections = ("dp",)
+    common_keys = (*BASE_COMMON_KEYS, *LOCAL_TRAINING_KEYS)
+    variant: ClassVar[str] = ""
 
-    def __init__(self, setup: StrategySetup, variant: str) -> None:
-        super().__init__(setup)
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown LoRA variant {variant!r}")
-        if setup.initial_arrays is None:
-            raise ValueError("the LoRA methods need the task's pretrained weights")
-        self.variant = variant
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown LoRA variant {self.variant!r}")
+        setup = self.setup
         self.cfg: LoraConfig = setup.sections["lora"]
         self.fedsb_cfg: FedSBConfig | None = setup.sections.get("fed-sb")
         self.dp = setup.sections.get("dp")
@@ -299,7 +298,24 @@ class LoraStrategy(BouquetStrategy):
                              "(without noise epsilon is infinite)")
         if dp is not None and dp.enabled and not 0.0 < dp.delta < 1.0:
             raise ValueError(f"dp.enabled needs 0 < dp.delta < 1 (got {dp.delta:g})")
-        self.base = to_numpy(setup.initial_arrays)
+        #: Fed-SB: frame id (0: none yet) and the partitions known to hold it.
+        self.frame_id = 0
+        self.has_frame: set[int] = set()
+        #: Cumulative epsilon reported by each partition (private mode).
+        self.epsilon: dict[int, float] = {}
+        self._phase = PHASE_TRAIN
+        self.base: dict[str, np.ndarray] = {}
+        if setup.initial_arrays is not None:
+            self.bind_model(setup.initial_arrays)
+
+    def needs_model(self) -> bool:
+        """True until the pretrained weights are known."""
+        return not self.base
+
+    def bind_model(self, arrays: ArrayRecord) -> None:
+        """Take the pretrained weights: find the adapted matrices, initialise the adapters."""
+        variant, setup = self.variant, self.setup
+        self.base = to_numpy(arrays)
         shapes = {k: tuple(a.shape) for k, a in self.base.items()}
         self.adapted = adapted_modules(shapes, split_names(self.cfg.target_modules))
         if not self.adapted:
@@ -320,12 +336,6 @@ class LoraStrategy(BouquetStrategy):
         if variant == "ffa":
             self.fixed = {f"{a.module}.lora_A": lora_a_init(seed, i, self.cfg.rank, a.n)
                           for i, a in enumerate(self.adapted)}
-        #: Fed-SB: frame id (0: none yet) and the partitions known to hold it.
-        self.frame_id = 0
-        self.has_frame: set[int] = set()
-        #: Cumulative epsilon reported by each partition (private mode).
-        self.epsilon: dict[int, float] = {}
-        self._phase = PHASE_TRAIN
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -354,29 +364,20 @@ class LoraStrategy(BouquetStrategy):
         return content
 
     # ------------------------------------------------------------------ round
-    def train_round(self, grid: Grid, rnd: int) -> RoundLog:
-        """Fed-SB runs its one-time init first (counted in this round's bytes); then a round."""
-        init_log: RoundLog | None = None
+    def before_train(self, grid: Grid, rnd: int) -> RoundLog | None:
+        """Fed-SB's one-time init (counted in this round's bytes) before its first round."""
         if self.variant == "fedsb" and not self.frame_id:
             assert self.fedsb_cfg is not None
             if self.fedsb_cfg.init == "random":
                 self.fixed = random_frame(self.adapted, self.cfg.rank, self.common.seed)
                 self.frame_id = 1
             else:
-                init_log = self.init_round(grid, rnd)
-                if not self.frame_id:
-                    return init_log
-        rlog = super().train_round(grid, rnd)
-        if init_log is not None:
-            rlog.metrics["init_up_bytes"] = float(init_log.up_bytes)
-            rlog.metrics["init_down_bytes"] = float(init_log.down_bytes)
-            rlog.up_bytes += init_log.up_bytes
-            rlog.down_bytes += init_log.down_bytes
-            for f in init_log.failures:
-                if f["kind"] in ("rejected", "errors", "missing"):
-                    setattr(rlog, f["kind"], getattr(rlog, f["kind"]) + 1)
-            rlog.failures = init_log.failures + rlog.failures
-        return rlog
+                return self.init_round(grid, rnd)
+        return None
+
+    def skip_training(self) -> bool:
+        """The round ends after a failed Fed-SB init (no frame yet)."""
+        return self.variant == "fedsb" and not self.frame_id
 
     def init_round(self, grid: Grid, rnd: int) -> RoundLog:
         """Fed-SB round 0: collect summed gradients of the adapted matrices; SVD; set the frame."""
@@ -511,9 +512,9 @@ class LoraStrategy(BouquetStrategy):
         }}
 
     # ------------------------------------------------------------------ evaluation
-    def global_arrays(self) -> ArrayRecord:
-        """The merged model ``W0 + s delta`` with the global head (for central evaluation)."""
-        return to_record(self.merged())
+    def global_arrays(self) -> ArrayRecord | None:
+        """The merged model ``W0 + s delta`` with the global head (None before it is known)."""
+        return to_record(self.merged()) if self.base else None
 
     def merged(self) -> dict[str, np.ndarray]:
         """The merged global model as numpy arrays."""
@@ -521,13 +522,11 @@ class LoraStrategy(BouquetStrategy):
             return merge("ffa", self.base, [], {k: self.trainable[k] for k in self.head}, {}, 1.0)
         return merge(self.variant, self.base, self.adapted, self.trainable, self.fixed, self.scale)
 
-    def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
+    def evaluation_content(self, rnd: int, partition_id: int) -> RecordDict | None:
         """Federated evaluation with the adapters (not the merged model) on the wire."""
-        by_pid = self.discover(grid)
-        contents = {pid: self.payload(rnd, pid, PHASE_EVALUATE) for pid in sorted(by_pid)}
         if self.variant == "fedsb" and not self.frame_id:
-            return RoundLog(round=rnd)
-        return self.run_phase(grid, rnd, contents, by_pid, MessageType.EVALUATE, aggregate=False)
+            return None
+        return self.payload(rnd, partition_id, PHASE_EVALUATE)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -552,19 +551,41 @@ class LoraStrategy(BouquetStrategy):
         self.epsilon = {int(k): float(e) for k, e in state["epsilon"].items()}
 
 
+class FedIT(LoraStrategy):
+    """FedIT (Zhang et al., ICASSP 2024): FedAvg of LoRA adapters A and B (and the head)."""
+
+    method_name = "fedit"
+    variant = "fedit"
+
+
+class FFALoRA(LoraStrategy):
+    """FFA-LoRA (Sun et al., ICLR 2024): A frozen from the seed, only B (and the head) averaged."""
+
+    method_name = "ffa-lora"
+    variant = "ffa"
+
+
+class FedSB(LoraStrategy):
+    """Fed-SB (Singhal et al., 2025): LoRA-SB's W0 + B R A, only the r x r matrices R averaged."""
+
+    method_name = "fed-sb"
+    variant = "fedsb"
+    config_sections = {**LoraStrategy.config_sections, "fed-sb": FedSBConfig}
+
+
 def build_fedit(setup: StrategySetup) -> LoraStrategy:
     """Strategy factory of ``fedit``."""
-    return LoraStrategy(setup, "fedit")
+    return FedIT.from_setup(setup)
 
 
 def build_ffa(setup: StrategySetup) -> LoraStrategy:
     """Strategy factory of ``ffa-lora``."""
-    return LoraStrategy(setup, "ffa")
+    return FFALoRA.from_setup(setup)
 
 
 def build_fedsb(setup: StrategySetup) -> LoraStrategy:
     """Strategy factory of ``fed-sb``."""
-    return LoraStrategy(setup, "fedsb")
+    return FedSB.from_setup(setup)
 
 
 def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:

@@ -9,7 +9,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from bouquet.strategies import validation as v
-from bouquet.strategies.base import BouquetStrategy, StrategySetup
+from bouquet.strategies.base import BouquetStrategy
 
 
 def to_numpy(record: object) -> dict[str, np.ndarray]:
@@ -27,30 +27,41 @@ def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
 class ModelStrategy(BouquetStrategy):
     """Keeps ``self.weights`` (the global model) and checks replies against its shapes.
 
-    Parameters
-    ----------
-    setup : StrategySetup
-        Must carry ``initial_arrays``.
-
+    The initial model is the ``initial_arrays`` argument or, when that is None, the ``arrays``
+    Flower passes to the first ``configure_train`` (``start(initial_arrays=...)``).
     """
 
-    def __init__(self, setup: StrategySetup) -> None:
-        super().__init__(setup)
-        if setup.initial_arrays is None:
-            raise ValueError(f"{type(self).__name__} needs the task's initial model")
-        self.weights: dict[str, np.ndarray] = to_numpy(setup.initial_arrays)
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.weights: dict[str, np.ndarray] = {}
+        if self.setup.initial_arrays is not None:
+            self.bind_model(self.setup.initial_arrays)
+
+    def needs_model(self) -> bool:
+        """True until the initial model is known."""
+        return not self.weights
+
+    def bind_model(self, arrays: ArrayRecord) -> None:
+        """Take the initial model; subclasses derive their model-shaped state in :meth:`on_model`."""
+        self.weights = to_numpy(arrays)
+        if not self.weights:
+            raise ValueError(f"{type(self).__name__} needs a non-empty initial model")
+        self.on_model()
+
+    def on_model(self) -> None:
+        """Set up what depends on the model's layout (called once, when the model is bound)."""
+
+    def global_arrays(self) -> ArrayRecord | None:
+        """The global model as an ArrayRecord (None before the model is known)."""
+        return to_record(self.weights) if self.weights else None
 
     def spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """Expected name -> (shape, dtype) of a full model."""
         return {k: (a.shape, a.dtype) for k, a in self.weights.items()}
 
-    def global_arrays(self) -> ArrayRecord:
-        """The global model as an ArrayRecord."""
-        return to_record(self.weights)
-
     def model_message(self, rnd: int) -> RecordDict:
         """The usual downlink: global arrays plus a fresh config."""
-        return RecordDict({"arrays": self.global_arrays(), "config": self.base_config(rnd)})
+        return RecordDict({"arrays": to_record(self.weights), "config": self.base_config(rnd)})
 
     def validate_model_reply(self, content: RecordDict) -> tuple[dict[str, np.ndarray], int]:
         """Check a full-model reply; return its arrays and its ``num-examples`` weight."""

@@ -117,8 +117,9 @@ def control_step(section: Any, compressor: Compressor, d: int) -> float:
 class _ControlStrategy(VectorUplinkStrategy):
     """Model and global control ``c``; sends both down."""
 
-    def __init__(self, setup: StrategySetup) -> None:
-        super().__init__(setup)
+    def on_model(self) -> None:
+        """The layout and a zero global control ``c``."""
+        super().on_model()
         self.c = np.zeros(self.layout.size, dtype=np.float32)
 
     def downlink(self, rnd: int, partition_id: int) -> dict[str, Any]:
@@ -139,6 +140,8 @@ class Scaffold(_ControlStrategy):
     """SCAFFOLD with two dense uplink vectors ``dy`` and ``dc`` (option II controls)."""
 
     prefix = "scaffold"
+    method_name = "scaffold"
+    config_sections = {"scaffold": ScaffoldConfig}
     payloads = (PAYLOAD_RECORD, CONTROL_PAYLOAD_RECORD)
 
     def make_compressor(self) -> Compressor:
@@ -156,12 +159,15 @@ class Scaffold(_ControlStrategy):
 
 
 class SingleUplink(_ControlStrategy):
-    """Single-uplink server shared by scaffold-1up, SCALLION and SCAFCOM."""
+    """Single-uplink SCAFFOLD (scaffold-1up); the server SCALLION and SCAFCOM share."""
 
     prefix = "scaffold"
+    method_name = "scaffold-1up"
+    config_sections = {"scaffold": ScaffoldConfig}
 
-    def __init__(self, setup: StrategySetup) -> None:
-        super().__init__(setup)
+    def on_model(self) -> None:
+        """Layout, ``c`` and the control step alpha (which depends on the model size)."""
+        super().on_model()
         self.alpha = control_step(self.cfg, self.compressor, self.layout.size)
 
     def apply(self, rnd: int, vectors: list[list[np.ndarray]], replies: list[NodeReply]
@@ -180,35 +186,49 @@ class SingleUplink(_ControlStrategy):
 
 
 class Scallion(SingleUplink):
-    """SCALLION: single uplink with (unbiased) compression."""
+    """SCALLION (Huang, Li, Li, ICLR 2024): single uplink with (unbiased) compression."""
 
     prefix = "scallion"
+    method_name = "scallion"
+    config_sections = {"scallion": ScallionConfig}
 
 
 class Scafcom(SingleUplink):
-    """SCAFCOM: single uplink with (biased) compression; momentum lives on the clients."""
+    """SCAFCOM (Huang, Li, Li, ICLR 2024): single uplink, biased compression, client momentum.
+
+    ``beta`` and the momentum options are the clients' (bouquet's client half reads them from
+    the run config and keeps ``v_i`` and ``c_i`` in ``context.state``); the server uses the
+    compressor arguments to decode and to set ``alpha``.
+
+    Examples
+    --------
+    >>> from bouquet.strategies import Scafcom
+    >>> strategy = Scafcom(beta=0.2, compressor="topk", compressor_ratio=0.05)
+    """
 
     prefix = "scafcom"
+    method_name = "scafcom"
+    config_sections = {"scafcom": ScafcomConfig}
 
 
 def build_scaffold(setup: StrategySetup) -> Scaffold:
     """Strategy factory of ``scaffold``."""
-    return Scaffold(setup)
+    return Scaffold.from_setup(setup)
 
 
 def build_single_uplink(setup: StrategySetup) -> SingleUplink:
     """Strategy factory of ``scaffold-1up``."""
-    return SingleUplink(setup)
+    return SingleUplink.from_setup(setup)
 
 
 def build_scallion(setup: StrategySetup) -> Scallion:
     """Strategy factory of ``scallion``."""
-    return Scallion(setup)
+    return Scallion.from_setup(setup)
 
 
 def build_scafcom(setup: StrategySetup) -> Scafcom:
     """Strategy factory of ``scafcom``."""
-    return Scafcom(setup)
+    return Scafcom.from_setup(setup)
 
 
 def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:

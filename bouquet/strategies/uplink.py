@@ -30,7 +30,8 @@ from bouquet.compression import (
 )
 from bouquet.schema import key
 from bouquet.strategies import validation as v
-from bouquet.strategies.base import NodeReply, StrategySetup, weighted_metrics
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
+from bouquet.strategies.base import NodeReply, train_metrics
 from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
 
@@ -81,16 +82,24 @@ class VectorUplinkStrategy(ModelStrategy):
 
     prefix: str = ""
     payloads: tuple[str, ...] = (PAYLOAD_RECORD,)
+    common_keys = (*BASE_COMMON_KEYS, *LOCAL_TRAINING_KEYS)
 
-    def __init__(self, setup: StrategySetup) -> None:
-        super().__init__(setup)
-        self.cfg = setup.sections[self.prefix]
-        self.layout = Layout.of(self.weights)
-        self.compressor = self.make_compressor()
+    def __init__(self, **kwargs: Any) -> None:
         self.accepted: dict[int, int] = {}
         self._decoded: dict[int, list[np.ndarray]] = {}
         self._payload_bytes: dict[int, int] = {}
+        super().__init__(**kwargs)
+        self.compressor = self.make_compressor()
         self.reply_records = (*self.payloads, "metrics")
+
+    @property
+    def cfg(self) -> Any:
+        """The method's configuration section."""
+        return self.setup.sections[self.prefix]
+
+    def on_model(self) -> None:
+        """The flat layout of the model."""
+        self.layout = Layout.of(self.weights)
 
     def make_compressor(self) -> Compressor:
         """Build the uplink compressor (from the section's keys; identity if it has none)."""
@@ -150,8 +159,7 @@ class VectorUplinkStrategy(ModelStrategy):
         metrics["uplink_payload_bytes"] = float(
             sum(self._payload_bytes[r.partition_id] for r in replies))
         self._decoded, self._payload_bytes = {}, {}
-        metrics.update({f"train_{k}": val for k, val in weighted_metrics(replies).items()
-                        if k != STEPS_METRIC})
+        metrics.update(train_metrics(replies, skip=(STEPS_METRIC,)))
         return metrics
 
     def steps(self, replies: list[NodeReply]) -> np.ndarray:
@@ -167,7 +175,7 @@ class VectorUplinkStrategy(ModelStrategy):
     def num_clients(self) -> int:
         """N: the configured number of clients, else the number of clients known so far."""
         configured = int(getattr(self.cfg, "num_clients", 0))
-        return configured if configured > 0 else max(len(self.sizes), 1)
+        return configured if configured > 0 else max(len(self.sizes) or len(self.partitions), 1)
 
     def move_model(self, step: np.ndarray) -> None:
         """``x <- x + step`` (flat step), keeping dtypes."""

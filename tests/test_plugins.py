@@ -1,0 +1,142 @@
+"""Strategies as Flower plugins: keyword construction, Flower's start(), a plain Flower ClientApp."""
+
+from __future__ import annotations
+
+import inspect
+import pydoc
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp.strategy import Result
+
+import bouquet.strategies as strategies
+from bouquet.apps.local_grid import LocalGrid
+from bouquet.strategies import FedAvg, FedCG, FedLinUCB, Scafcom
+from bouquet.strategies.base import train_metric_name
+
+PLUGINS = [getattr(strategies, n) for n in strategies.__all__
+           if isinstance(getattr(strategies, n), type)
+           and issubclass(getattr(strategies, n), strategies.BouquetStrategy)
+           and getattr(strategies, n).method_name]
+
+
+# --------------------------------------------------------------------------- a Flower quickstart
+def quickstart_app() -> ClientApp:
+    """A ClientApp written as Flower's quickstarts are: numpy model, train and evaluate only."""
+    app = ClientApp()
+    rng_of = {}
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        arrays = msg.content["arrays"].to_numpy_ndarrays()
+        rng = rng_of.setdefault(context.node_id, np.random.default_rng(context.node_id))
+        new = [a - 0.1 * (a - 1.0) + 0.01 * rng.standard_normal(a.shape).astype(a.dtype)
+               for a in arrays]
+        loss = float(np.mean([np.mean((a - 1.0) ** 2) for a in new]))
+        content = RecordDict({"arrays": ArrayRecord(new),
+                              "metrics": MetricRecord({"train_loss": loss, "num-examples": 50})})
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        arrays = msg.content["arrays"].to_numpy_ndarrays()
+        loss = float(np.mean([np.mean((a - 1.0) ** 2) for a in arrays]))
+        metrics = MetricRecord({"eval_loss": loss, "num-examples": 20})
+        return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)
+
+    return app
+
+
+def initial() -> ArrayRecord:
+    return ArrayRecord([np.zeros((3, 2), np.float32), np.zeros(2, np.float32)])
+
+
+def test_fedavg_runs_a_plain_flower_clientapp_through_start() -> None:
+    grid = LocalGrid(3, {}, client=quickstart_app())
+    strategy = FedAvg(fraction_train=1.0, min_available_nodes=3, sample_deadline=5.0)
+    result = strategy.start(grid=grid, initial_arrays=initial(), num_rounds=3, timeout=10)
+    assert isinstance(result, Result)
+    assert not any(m.metadata.message_type == "query" for m in grid.sent)  # no handshake
+    assert sorted(result.train_metrics_clientapp) == [1, 2, 3]
+    losses = [result.train_metrics_clientapp[r]["train_loss"] for r in (1, 2, 3)]
+    assert losses[0] > losses[-1]
+    for rec in result.train_metrics_clientapp.values():
+        assert "train_train_loss" not in rec and rec["clients"] == 3 and rec["up_bytes"] > 0
+    assert sorted(result.evaluate_metrics_clientapp) == [1, 2, 3]  # federated evaluation
+    assert result.evaluate_metrics_clientapp[3]["eval_loss"] < 1.0
+    final = result.arrays.to_numpy_ndarrays()
+    assert float(final[0].mean()) > 0.2
+
+
+def test_start_admits_through_the_defences() -> None:
+    """A poisoned and a failing node on Flower's path are dropped and counted, not averaged."""
+    grid = LocalGrid(4, {}, client=quickstart_app())
+
+    def poison(content: RecordDict) -> RecordDict:
+        arrays = [np.full_like(a, np.nan) for a in content["arrays"].to_numpy_ndarrays()]
+        return RecordDict({"arrays": ArrayRecord(arrays), "metrics": content["metrics"]})
+
+    grid.corrupt[1] = poison
+    grid.fail.add(2)
+    strategy = FedAvg(min_available_nodes=4, sample_deadline=5.0, fraction_evaluate=0.0)
+    result = strategy.start(grid=grid, initial_arrays=initial(), num_rounds=2, timeout=10)
+    rec = result.train_metrics_clientapp[2]
+    assert (rec["clients"], rec["rejected"], rec["errors"]) == (2, 1, 1)
+    assert all(np.all(np.isfinite(a)) for a in result.arrays.to_numpy_ndarrays())
+    assert result.evaluate_metrics_clientapp == {}
+    kinds = {f["node_id"]: f["kind"] for f in strategy.last_log["train"].failures}
+    assert kinds == {1001: "rejected", 1002: "errors"}
+
+
+def test_initial_model_comes_from_start_when_not_given() -> None:
+    strategy = Scafcom()
+    assert strategy.needs_model() and strategy.global_arrays() is None
+    strategy.ensure_model(initial())
+    assert strategy.layout.size == 8 and strategy.c.shape == (8,)
+
+
+# --------------------------------------------------------------------------- construction
+@pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
+def test_every_plugin_builds_with_defaults_and_documents_its_arguments(cls: type) -> None:
+    strategy = cls(context_dim=4) if cls is FedLinUCB else cls()
+    assert strategy.method == cls.method_name
+    params = inspect.signature(cls).parameters
+    assert {"fraction_train", "min_train_nodes", "fraction_evaluate", "min_available_nodes",
+            "seed", "round_timeout", "discovery"} <= set(params)
+    text = pydoc.render_doc(cls)
+    assert "Parameters" in text and "fraction_train" in text
+
+
+def test_method_arguments_are_named_as_in_the_paper_and_checked_eagerly() -> None:
+    assert {"beta", "compressor", "alpha", "compressor_ratio"} <= set(
+        inspect.signature(Scafcom).parameters)
+    s = Scafcom(beta=0.5, compressor="randk", fraction_train=0.25)
+    assert s.cfg.beta == 0.5 and s.cfg.compressor == "randk" and s.common.fraction_train == 0.25
+    with pytest.raises(ValueError, match=r"beta=1\.5.*maximum.*<= 1"):
+        Scafcom(beta=1.5)
+    with pytest.raises(ValueError, match=r"compressor='zip'.*one of"):
+        Scafcom(compressor="zip")
+    with pytest.raises(ValueError, match="fraction_train"):
+        FedAvg(fraction_train=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'betta'"):
+        Scafcom(betta=0.1)
+
+
+def test_variants_are_constructor_options() -> None:
+    ablation = FedCG(selection="random", ratios="uniform")
+    assert (ablation.settings.selection, ablation.settings.ratios) == ("random", "uniform")
+    with pytest.raises(ValueError, match="selection"):
+        FedCG(selection="greedy")
+    private = FedLinUCB(privacy="ldp", context_dim=3, num_silos=4, discovery="query")
+    assert private.variant == "ldp" and private.method == "dp-fedlinucb-ldp"
+    with pytest.raises(ValueError, match="discovery='query'"):
+        FedLinUCB(privacy="ldp", context_dim=3, num_silos=4)
+    with pytest.raises(ValueError, match="context_dim"):
+        FedLinUCB()
+
+
+def test_one_train_metric_naming_rule() -> None:
+    assert train_metric_name("loss") == "train_loss"
+    assert train_metric_name("train_loss") == "train_loss"
