@@ -47,8 +47,8 @@ from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies.arguments import (
     BASE_COMMON_KEYS,
     Argument,
-    as_arguments,
     arguments_of,
+    as_arguments,
     parameters_doc,
     parse,
     signature,
@@ -193,14 +193,17 @@ class BouquetStrategy(Strategy):
                                      cls.prefixed_sections)
         cls.__signature__ = signature(cls.arguments)  # type: ignore[attr-defined]
         doc = inspect.cleandoc(cls.__doc__ or cls.__name__)
-        cls.__doc__ = doc + "\n\n" + parameters_doc(cls.arguments)
+        head, examples, tail = doc.partition("\nExamples\n--------")
+        cls.__doc__ = (head.rstrip() + "\n\n" + parameters_doc(cls.arguments)
+                       + (f"\n\nExamples\n--------{tail}" if examples else ""))
 
     def __init__(self, *, initial_arrays: ArrayRecord | None = None, method: str | None = None,
                  task: str = "", **kwargs: Any) -> None:
         parsed = parse(type(self).__name__, self.arguments, self.config_sections, self.options,
                        kwargs)
         self.federation = parsed.federation
-        self.option = parsed.options
+        #: The variant options (:attr:`options`), None when the class has none.
+        self.option: Any = parsed.options
         self.setup = StrategySetup(common=parsed.common, sections=parsed.sections,
                                    method=method or self.method_name, task=task,
                                    initial_arrays=initial_arrays)

@@ -48,6 +48,7 @@ class FedAvg(ModelStrategy):
     >>> from bouquet.strategies import FedAvg
     >>> strategy = FedAvg(fraction_train=0.5, min_available_nodes=2)  # doctest: +SKIP
     >>> result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=3)  # doctest: +SKIP
+
     """
 
     method_name = "fedavg"

@@ -38,16 +38,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, MessageType, MetricRecord, RecordDict
-from flwr.serverapp import Grid
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from bouquet.schema import key
 from bouquet.strategies import validation as v
 from bouquet.strategies.base import (
     BouquetStrategy,
     NodeReply,
-    RoundLog,
-    StrategySetup,
     train_metrics,
 )
 

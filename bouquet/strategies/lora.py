@@ -38,8 +38,8 @@ from flwr.serverapp import Grid
 
 from bouquet.privacy.dp_config import DPConfig
 from bouquet.schema import key
-from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies import validation as v
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import BouquetStrategy, NodeReply, RoundLog, StrategySetup
 from bouquet.strategies.model import to_numpy, to_record
 

@@ -204,6 +204,7 @@ class Scafcom(SingleUplink):
     --------
     >>> from bouquet.strategies import Scafcom
     >>> strategy = Scafcom(beta=0.2, compressor="topk", compressor_ratio=0.05)
+
     """
 
     prefix = "scafcom"
