@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
 import pydoc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +15,11 @@ from flwr.serverapp.strategy import Result
 
 import bouquet.strategies as strategies
 from bouquet.apps.local_grid import LocalGrid
+from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder
+from bouquet.apps.results import read_metrics
 from bouquet.strategies import FedAvg, FedCG, FedLinUCB, Scafcom
 from bouquet.strategies.base import train_metric_name
+from bouquet.strategies.checkpoint import load_checkpoint
 
 PLUGINS = [getattr(strategies, n) for n in strategies.__all__
            if isinstance(getattr(strategies, n), type)
@@ -140,3 +145,28 @@ def test_variants_are_constructor_options() -> None:
 def test_one_train_metric_naming_rule() -> None:
     assert train_metric_name("loss") == "train_loss"
     assert train_metric_name("train_loss") == "train_loss"
+
+
+# --------------------------------------------------------------------------- bouquet's extras
+def test_start_callbacks_record_results_for_a_user_run(tmp_path: Path) -> None:
+    """What bouquet's runner adds (results files, checkpoints) is a callback any start() takes."""
+    grid = LocalGrid(3, {}, client=quickstart_app())
+    seen: list[int] = []
+    recorder = RunRecorder(tmp_path / "run", meta={"method": "fedavg", "task": "mine", "seed": 0},
+                           num_rounds=2, progress=None)
+    strategy = FedAvg(min_available_nodes=3, sample_deadline=5.0)
+    strategy.start(grid=grid, initial_arrays=initial(), num_rounds=2,
+                   callbacks=[recorder, lambda s, report: seen.append(report.round)])
+    summary = json.loads(recorder.finish(strategy).read_text())
+    lines = read_metrics(tmp_path / "run")
+    assert seen == [1, 2] and [r["round"] for r in lines] == [1, 2]
+    assert lines[0]["clients"] == 3 and lines[0]["up_bytes"] > 0
+    assert "eval_loss" in lines[0] and "train_loss" in lines[0]
+    assert summary["rounds"] == 2 and summary["comm"]["up_bytes_total"] > 0
+    round_done, state, _ = load_checkpoint(tmp_path / "run" / CHECKPOINT_DIR)
+    assert round_done == 2
+
+    resumed = FedAvg(min_available_nodes=3, sample_deadline=5.0)
+    resumed.load_state_dict(state)
+    result = resumed.start(grid=grid, num_rounds=3, first_round=3)
+    assert sorted(result.train_metrics_clientapp) == [3]

@@ -1,19 +1,20 @@
-"""The server-side run loop shared by the ServerApp and the in-process test grid.
+"""The server side of a bouquet run, shared by the ServerApp and the in-process test grid.
 
-One call of :func:`execute` resolves the config, builds the strategy, runs the rounds (train,
-then evaluation), writes a metrics line and a checkpoint after every round, prints progress and
-finally writes ``summary.json``.
+One call of :func:`execute` resolves the config, builds the strategy through its constructor
+(``from_setup``) and runs it with the strategy's own ``start()``; a
+:class:`~bouquet.apps.recorder.RunRecorder` callback writes a metrics line and a checkpoint
+after every round and prints progress, and ``summary.json`` is written at the end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
 from bouquet.apps.compat import check_fit
@@ -24,25 +25,19 @@ from bouquet.apps.config import (
     node_view_agrees,
     resolve,
 )
+from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder, say
 from bouquet.apps.registry import get_task
-from bouquet.apps.results import ResultsWriter, default_results_dir, default_run_name
+from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.apps.resume import check_resume, checkpoint_identity
 from bouquet.strategies.base import (
     BouquetStrategy,
     NotEnoughNodes,
-    RoundLog,
     StrategySetup,
     initial_arrays_from_nodes,
 )
-from bouquet.strategies.checkpoint import load_checkpoint, save_checkpoint
+from bouquet.strategies.checkpoint import load_checkpoint
 from bouquet.strategies.model import to_numpy, to_record
-
-CHECKPOINT_DIR = "checkpoint"
-
-
-def say(text: str) -> None:
-    """Progress line on the ServerApp's stdout (streamed by ``flwr run --stream``)."""
-    print(f"[bouquet] {text}", flush=True)
+from bouquet.strategies.rounds import EvaluateFn
 
 
 def run_dir_for(cfg: RunConfig, run_id: int | None = None) -> Path:
@@ -187,8 +182,12 @@ def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
     return mode
 
 
-def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrategy:
-    """Build the method's strategy (a ``build_*(setup)`` factory, or a class's ``from_setup``)."""
+def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None, **options: Any) -> BouquetStrategy:
+    """Build the method's strategy (a ``build_*(setup)`` factory, or a class's ``from_setup``).
+
+    ``options`` (keyword arguments of the strategy, such as ``fraction_evaluate``) are set on
+    the built strategy's federation options.
+    """
     setup = StrategySetup(common=cfg.common, sections=cfg.sections, method=cfg.method.name,
                           task=cfg.task_name, initial_arrays=arrays)
     factory = cfg.method.load_strategy_factory()
@@ -198,18 +197,13 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None) -> BouquetStrateg
         strategy = factory(setup)
     if not isinstance(strategy, BouquetStrategy):
         raise TypeError(f"{cfg.method.strategy} did not return a BouquetStrategy")
+    if options:
+        strategy.federation = dataclasses.replace(strategy.federation, **options)
     return strategy
 
 
-def merge_failures(rlog: RoundLog, other: RoundLog) -> None:
-    """Add another phase's failed replies (federated evaluation) to the round's log."""
-    for kind in ("errors", "rejected", "missing"):
-        setattr(rlog, kind, getattr(rlog, kind) + getattr(other, kind))
-    rlog.failures += [{**f, "phase": "evaluate"} for f in other.failures]
-
-
-def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, headline: list[str],
-                           cfg: RunConfig, run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
+def stop_for_lack_of_nodes(recorder: RunRecorder, strategy: BouquetStrategy, cfg: RunConfig,
+                           run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
     """Write ``summary.json`` of the rounds done, with a ``stopped`` entry, and say how to resume.
 
     The checkpoint of the last complete round is already on disk, so the run can be resumed
@@ -224,7 +218,7 @@ def stop_for_lack_of_nodes(writer: ResultsWriter, strategy: BouquetStrategy, hea
     extras = dict(strategy.summary_extras())
     extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint,
                          "failures": exc.failures}
-    path = writer.finish(headline, extras, cfg.common.target_accuracy)
+    path = recorder.finish(strategy, extras)
     if done == 0:
         say(f"STOPPED before round 1: {exc}. No round was completed and no checkpoint written; "
             f"{hint}")
@@ -262,63 +256,48 @@ def precheck(overrides: Mapping[str, Any], num_nodes: int | None = None) -> RunC
     return checked_start(full_run_config(overrides), list(overrides), num_nodes)[0]
 
 
+def central_evaluation(task: Any) -> EvaluateFn:
+    """The task's evaluation of the global model, as Flower's ``evaluate_fn``."""
+    def evaluate(rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if rnd == 0 or not len(arrays):  # bouquet reports rounds 1..n only
+            return None
+        return MetricRecord(dict(task.evaluate(to_numpy(arrays))))
+    return evaluate
+
+
 def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
-    """Run a whole federated run on ``grid``; return the path of ``summary.json``."""
+    """Run a whole federated run on ``grid``; return the path of ``summary.json``.
+
+    The strategy is built by its own constructor (``from_setup``) and run by its ``start()``;
+    results files, checkpoints and progress lines are a :class:`RunRecorder` callback.
+    """
     cfg, run_dir, resumed = checked_start(run_config, explicit_keys(grid),
                                           run_id=flower_run_id(grid))
     task = load_server_task(cfg)
     mode = evaluation_mode(cfg, task)
     meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
-    strategy = build_strategy(cfg, initial_arrays(cfg, task, grid) if holds_model(cfg) else None)
-    first = 1
-    headline: list[str] = []
+    strategy = build_strategy(cfg, initial_arrays(cfg, task, grid) if holds_model(cfg) else None,
+                              fraction_evaluate=1.0 if mode == "federated" else 0.0)
+    recorder = RunRecorder(run_dir, meta=meta, config_yaml=cfg.to_yaml(),
+                           num_rounds=cfg.common.num_server_rounds,
+                           identity=checkpoint_identity(cfg),
+                           target_accuracy=cfg.common.target_accuracy)
     if resumed is not None:
         restore_strategy(strategy, resumed[1], run_dir)
-        headline = [str(h) for h in resumed[2].get("headline", [])]
-    writer = ResultsWriter(run_dir, cfg.to_yaml(), meta)
-    if resumed is not None:
-        done = resumed[0]
-        writer.resume(done)
-        first = done + 1
-        say(f"resuming {run_dir} after round {done}")
+        recorder.headline = [str(h) for h in resumed[2].get("headline", [])]
+        recorder.resume(resumed[0])
+        say(f"resuming {run_dir} after round {resumed[0]}")
 
     rounds = cfg.common.num_server_rounds
     say(f"{cfg.method.name} on {cfg.task_name}: {rounds} rounds, evaluation {mode}, "
         f"results in {run_dir}")
-    for rnd in range(first, rounds + 1):
-        t0 = time.monotonic()
-        eval_metrics: dict[str, float] = {}
-        try:
-            rlog = strategy.train_round(grid, rnd)
-            if mode == "federated":
-                elog = strategy.evaluate_round(grid, rnd)
-                eval_metrics = dict(elog.metrics)
-                merge_failures(rlog, elog)
-                rlog.up_bytes += elog.up_bytes
-                rlog.down_bytes += elog.down_bytes
-        except NotEnoughNodes as exc:
-            stop_for_lack_of_nodes(writer, strategy, headline, cfg, run_dir, rnd, exc)
-            raise
-        if mode == "central":
-            arrays = strategy.global_arrays()
-            if arrays is not None:
-                eval_metrics = dict(task.evaluate(to_numpy(arrays)))  # type: ignore[union-attr]
-        strategy.observe_evaluation(rnd, eval_metrics)
-        headline = sorted(set(headline) | set(eval_metrics) | set(strategy.headline_metrics()))
-        record: dict[str, Any] = {
-            "round": rnd, **eval_metrics, **rlog.metrics,
-            "up_bytes": rlog.up_bytes, "down_bytes": rlog.down_bytes, "clients": rlog.clients,
-            "sampled": len(rlog.sampled), "rejected": rlog.rejected, "errors": rlog.errors,
-            "missing": rlog.missing, "failures": rlog.failures,
-            "wall_s": round(time.monotonic() - t0, 3),
-        }
-        writer.append(record)
-        save_checkpoint(run_dir / CHECKPOINT_DIR, rnd, strategy.state_dict(),
-                        {**checkpoint_identity(cfg), "headline": headline})
-        shown = " ".join(f"{k}={record[k]:.4g}" for k in headline if k in record)
-        say(f"round {rnd}/{rounds} {shown} up={rlog.up_bytes}B down={rlog.down_bytes}B "
-            f"clients={rlog.clients} rejected={rlog.rejected} errors={rlog.errors} "
-            f"missing={rlog.missing} ({record['wall_s']:.1f}s)")
-    path = writer.finish(headline, strategy.summary_extras(), cfg.common.target_accuracy)
+    try:
+        strategy.start(grid=grid, num_rounds=rounds, timeout=cfg.common.round_timeout,
+                       evaluate_fn=central_evaluation(task) if mode == "central" else None,
+                       first_round=recorder.last_round + 1, callbacks=[recorder])
+    except NotEnoughNodes as exc:
+        stop_for_lack_of_nodes(recorder, strategy, cfg, run_dir, recorder.last_round + 1, exc)
+        raise
+    path = recorder.finish(strategy)
     say(f"summary: {path}")
     return path

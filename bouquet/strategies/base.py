@@ -33,13 +33,15 @@ import inspect
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import console_handler
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
+from flwr.serverapp.strategy import Result, Strategy
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from bouquet.schema import CommonConfig
 from bouquet.strategies import validation as v
@@ -54,9 +56,25 @@ from bouquet.strategies.arguments import (
     signature,
 )
 from bouquet.strategies.node_errors import NodeErrors
+from bouquet.strategies.rounds import EvaluateFn, RoundCallback, run_rounds
 from bouquet.strategies.validation import InvalidReply
 
 log = logging.getLogger("bouquet")
+
+
+def use_flower_logging(logger: logging.Logger = log) -> None:
+    """Give ``logger`` Flower's console handler (once) so its lines show as Flower's do.
+
+    Without a handler, Python prints only warnings of a library logger; with Flower's, the
+    waiting and progress lines (INFO) appear in the ServerApp's log next to Flower's own.
+    """
+    if not any(h is console_handler for h in logger.handlers):
+        logger.addHandler(console_handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
+use_flower_logging()
 
 #: ``query`` action every ClientApp answers with its partition id and data size.
 HELLO_ACTION = "bouquet.hello"
@@ -102,15 +120,32 @@ class StrategySetup:
     initial_arrays: ArrayRecord | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """What a method's :meth:`~BouquetStrategy.validate_reply` read from a reply.
+
+    ``norm`` is the update's L2 norm (screened against the round's median; None for replies
+    bounded by their own protocol) and ``value`` the typed content aggregation uses (decoded
+    vectors...), so a reply is parsed once.
+    """
+
+    norm: float | None
+    value: Any = None
+
+
 @dataclasses.dataclass
 class NodeReply:
-    """A validated reply: who sent it, what it holds, and what the exchange cost."""
+    """A validated reply: who sent it, what it holds, and what the exchange cost.
+
+    ``parsed`` is the typed value the method's validation returned (:class:`Parsed`).
+    """
 
     node_id: int
     partition_id: int
     content: RecordDict
     up_bytes: int
     down_bytes: int
+    parsed: Any = None
 
 
 @dataclasses.dataclass
@@ -260,12 +295,15 @@ class BouquetStrategy(Strategy):
         """Return the content to send to each sampled partition this round."""
         raise NotImplementedError
 
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float | None:
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict
+                       ) -> float | Parsed | None:
         """Raise :class:`InvalidReply` if the reply breaks the protocol.
 
         Returns the L2 norm of the update the reply carries (what it would move the global state
         by), which the base screens against the round's median (``norm-bound-factor``), or None
-        for methods whose replies are bounded by their own protocol (the bandits).
+        for methods whose replies are bounded by their own protocol (the bandits); or a
+        :class:`Parsed` with that norm and the typed values aggregation reads
+        (``NodeReply.parsed``).
         """
         raise NotImplementedError
 
@@ -558,17 +596,18 @@ class BouquetStrategy(Strategy):
             up = content_bytes(content)
             rlog.up_bytes += up
             try:
+                parsed = Parsed(None)
                 if train:
-                    norm = self.admit_train_reply(rnd, pid, content)
-                    if norm is not None:
-                        norms[pid] = norm
+                    parsed = self.admit_train_reply(rnd, pid, content)
+                    if parsed.norm is not None:
+                        norms[pid] = parsed.norm
                 else:
                     v.evaluation_reply(content, max_examples=v.MAX_COUNT)
                     self.clip_evaluation_weight(content)
             except InvalidReply as exc:
                 rlog.fail("rejected", node, pid, str(exc))
                 continue
-            good.append(NodeReply(node, pid, content, up, phase.down_bytes[pid]))
+            good.append(NodeReply(node, pid, content, up, phase.down_bytes[pid], parsed.value))
         node_of = {pid: n for n, pid in pid_of.items()}
         for pid, reason in self.screen_norms(norms, phase.norm_key).items():
             rlog.fail("rejected", node_of[pid], pid, reason)
@@ -613,16 +652,17 @@ class BouquetStrategy(Strategy):
             if messages else []
         return self.admit_phase(MessageType.TRAIN, replies)
 
-    def admit_train_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float | None:
-        """The checks every train reply passes before the method's own; returns its norm."""
+    def admit_train_reply(self, rnd: int, partition_id: int, content: RecordDict) -> Parsed:
+        """The checks every train reply passes before the method's own; returns what it parsed."""
         v.expect_records(content, self.reply_records)
         v.aux_metrics(content)
         if self.weighted_by_examples:
             self.check_weight(partition_id, content)
-        norm = self.validate_reply(rnd, partition_id, content)
-        if norm is not None and not np.isfinite(norm):
+        out = self.validate_reply(rnd, partition_id, content)
+        parsed = out if isinstance(out, Parsed) else Parsed(out)
+        if parsed.norm is not None and not np.isfinite(parsed.norm):
             raise InvalidReply("update norm is not finite")
-        return norm
+        return parsed
 
     def clip_evaluation_weight(self, content: RecordDict) -> None:
         """Clip an evaluation reply's ``num-examples`` to :meth:`size_cap` (in place)."""
@@ -739,6 +779,32 @@ class BouquetStrategy(Strategy):
         rlog = self.admit_phase(MessageType.EVALUATE, replies)
         return round_metrics(rlog)
 
+    def start(  # type: ignore[override]
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord | None = None,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: EvaluateFn | None = None,
+        *,
+        first_round: int = 1,
+        callbacks: Sequence[RoundCallback] = (),
+    ) -> Result:
+        """Flower's ``start()``: run the rounds and return Flower's ``Result``.
+
+        The arguments are Flower's; ``initial_arrays`` may be None when the constructor had the
+        model (or the strategy holds none). Keyword-only extras: ``first_round`` continues a
+        run restored with :meth:`load_state_dict`; each of ``callbacks`` is called as
+        ``callback(strategy, report)`` with a :class:`~bouquet.strategies.rounds.RoundReport`
+        after every round (bouquet's results files, checkpoints and progress lines are such
+        callbacks, :mod:`bouquet.apps.recorder`).
+        """
+        return run_rounds(self, grid, initial_arrays, num_rounds, timeout, train_config,
+                          evaluate_config, evaluate_fn, first_round=first_round,
+                          callbacks=callbacks)
+
     def summary(self) -> None:
         """Flower API: log the strategy's name and key settings."""
         log.info("%s (method %s, task %s, discovery %s)", type(self).__name__, self.method,
@@ -848,19 +914,25 @@ def train_metrics(replies: list[NodeReply], skip: tuple[str, ...] = ()) -> dict[
 
 
 def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[str, float]:
-    """Average every scalar metric of the replies weighted by ``num-examples``."""
-    totals: dict[str, float] = {}
-    weight_sum = 0.0
+    """Average the replies' scalar metrics weighted by ``num-examples`` (Flower's rule).
+
+    The averaging is Flower's ``aggregate_metricrecords``; what reaches it is bounded first:
+    only finite scalar metrics (checked at admission), ``num-examples`` already clipped to the
+    weight cap, and a reply without ``num-examples`` weighs 1.
+    """
+    rows = []
     for r in replies:
         rec = r.content.get(record) if record in r.content else None
         if not isinstance(rec, MetricRecord):
             continue
-        w = float(rec.get("num-examples", 1))  # type: ignore[arg-type]
-        weight_sum += w
-        for k, x in rec.items():
-            if k != "num-examples" and isinstance(x, int | float) and not isinstance(x, bool):
-                totals[k] = totals.get(k, 0.0) + w * float(x)
-    return {k: x / weight_sum for k, x in totals.items()} if weight_sum else {}
+        values = {k: x for k, x in rec.items() if k != "num-examples"
+                  and isinstance(x, int | float) and not isinstance(x, bool)}
+        weight = rec.get("num-examples", 1)
+        rows.append(RecordDict({record: MetricRecord({**values, "num-examples": weight})}))
+    if not rows or not sum(float(row[record]["num-examples"]) for row in rows):  # type: ignore[arg-type,index,misc]
+        return {}
+    averaged = aggregate_metricrecords(rows, "num-examples")
+    return {k: float(x) for k, x in averaged.items()}  # type: ignore[arg-type]
 
 
 def with_user_config(content: RecordDict, config: ConfigRecord | None) -> RecordDict:

@@ -41,7 +41,7 @@ from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
 from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
-from bouquet.strategies.base import NodeReply, StrategySetup
+from bouquet.strategies.base import NodeReply, Parsed, StrategySetup
 from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.system_model import (
@@ -150,7 +150,6 @@ class FedCG(ModelStrategy):
         # The plan of the round in progress (transient: only aggregate_round commits it).
         self._plan: fedcg_plan.RoundPlan | None = None
         self._plan_round = 0
-        self._decoded: dict[int, np.ndarray] = {}
         super().__init__(**kwargs)
         cfg = self.cfg
         variant: FedCGOptions = self.option
@@ -228,7 +227,6 @@ class FedCG(ModelStrategy):
             weights = {p: self.client_weight(p) for p in set(available) | set(self.signals)}
             plan = fedcg_plan.plan_joint(times, k, self.signals, weights, self.last_ratio, s, rng)
         self._plan, self._plan_round = plan, rnd
-        self._decoded = {}
         return plan.selected
 
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
@@ -249,7 +247,7 @@ class FedCG(ModelStrategy):
         return out
 
     # ------------------------------------------------------------------ replies
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> Parsed:
         """Check the payload decodes at the client's ratio with no more coordinates than allowed.
 
         Returns the update's norm. Measured step times and uplinks (deployment) feed the ratio
@@ -277,8 +275,7 @@ class FedCG(ModelStrategy):
             v.metric(content, STEP_TIME_METRIC, min=0.0, max=86_400.0)
         if UPLINK_METRIC in rec_m:
             v.metric(content, UPLINK_METRIC, min=1e-9, max=1e6)
-        self._decoded[partition_id] = vec
-        return v.l2_norm([vec])
+        return Parsed(v.l2_norm([vec]), vec)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Add the decoded updates weighted by the clients they represent; commit the plan."""
@@ -288,11 +285,11 @@ class FedCG(ModelStrategy):
         gamma = gamma / gamma.sum() if gamma.sum() > 0 else np.full(len(replies), 1 / len(replies))
         update = np.zeros(self.dim, dtype=np.float64)
         for g, r in zip(gamma, replies, strict=True):
-            update += g * self._decoded[r.partition_id]
+            update += g * r.parsed
         flat = self.layout.flatten(self.weights).astype(np.float64) + self.cfg.server_lr * update
         self.weights = self.layout.unflatten(flat.astype(np.float32))
         for r in replies:
-            self.signals[r.partition_id] = self._decoded[r.partition_id].astype(np.float32)
+            self.signals[r.partition_id] = r.parsed.astype(np.float32)
             if self.cfg.system == "measured":
                 m = r.content["metrics"]
                 step = float(m[STEP_TIME_METRIC]) if STEP_TIME_METRIC in m else None  # type: ignore[arg-type]
@@ -304,7 +301,6 @@ class FedCG(ModelStrategy):
         t_round, gap = round_time(finish.values())
         self.sim_time += t_round
         self.time_after[rnd] = self.sim_time
-        self._decoded = {}
         loss = [(float(r.content["metrics"]["train_loss"]),  # type: ignore[arg-type]
                  float(r.content["metrics"]["num-examples"]))  # type: ignore[arg-type]
                 for r in replies if "train_loss" in r.content["metrics"]]  # type: ignore[operator]

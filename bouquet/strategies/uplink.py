@@ -31,7 +31,7 @@ from bouquet.compression import (
 from bouquet.schema import key
 from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
-from bouquet.strategies.base import NodeReply, train_metrics
+from bouquet.strategies.base import NodeReply, Parsed, train_metrics
 from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
 
@@ -55,6 +55,14 @@ class UplinkCompression:
     compressor_bucket: int = key(512, "QSGD bucket size", min=1)
     compressor_chunk: int = key(4096, "SparseLoCo chunk size", min=1)
     compressor_bits: int = key(2, "SparseLoCo quantiser bits", min=1, max=8)
+
+
+@dataclasses.dataclass(frozen=True)
+class UplinkPayload:
+    """A reply's payload records, decoded: one flat vector per record, and their content bytes."""
+
+    vectors: list[np.ndarray]
+    nbytes: int
 
 
 def uplink_compressor(section: Any) -> Compressor:
@@ -86,8 +94,6 @@ class VectorUplinkStrategy(ModelStrategy):
 
     def __init__(self, **kwargs: Any) -> None:
         self.accepted: dict[int, int] = {}
-        self._decoded: dict[int, list[np.ndarray]] = {}
-        self._payload_bytes: dict[int, int] = {}
         super().__init__(**kwargs)
         self.compressor = self.make_compressor()
         self.reply_records = (*self.payloads, "metrics")
@@ -118,7 +124,6 @@ class VectorUplinkStrategy(ModelStrategy):
     # ------------------------------------------------------------------ BouquetStrategy
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Global model, the client's commit round, and the method's extra records."""
-        self._decoded, self._payload_bytes = {}, {}
         out: dict[int, RecordDict] = {}
         for pid in partitions:
             content = self.model_message(rnd)
@@ -128,11 +133,12 @@ class VectorUplinkStrategy(ModelStrategy):
             out[pid] = content
         return out
 
-    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> float:
+    def validate_reply(self, rnd: int, partition_id: int, content: RecordDict) -> Parsed:
         """Every payload decodes to a finite vector of the model's length; steps and weight ok.
 
         ``local-steps`` (K_i) scales the server's step, so it is bounded by what the run's
-        configuration allows the node (:meth:`max_local_steps`). Returns the payloads' joint norm.
+        configuration allows the node (:meth:`max_local_steps`). Returns the payloads' joint norm
+        and the decoded vectors with their size (:class:`UplinkPayload`).
         """
         v.num_examples(content)
         v.metric(content, STEPS_METRIC, kind=int, min=1, max=self.max_local_steps(partition_id))
@@ -145,20 +151,17 @@ class VectorUplinkStrategy(ModelStrategy):
                 raise v.InvalidReply(f"{name}: {exc}") from exc
             record = content.array_records[name]
             size += sum(record[k].numpy().nbytes for k in record.keys())
-        self._decoded[partition_id] = decoded
-        self._payload_bytes[partition_id] = size
-        return v.l2_norm(decoded)
+        return Parsed(v.l2_norm(decoded), UplinkPayload(decoded, size))
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Apply the method's rule to the decoded vectors; mark the replies accepted."""
-        vectors = [self._decoded[r.partition_id] for r in replies]
+        payloads: list[UplinkPayload] = [r.parsed for r in replies]
+        vectors = [p.vectors for p in payloads]
         metrics = dict(self.apply(rnd, vectors, replies))
         for r in replies:
             self.accepted[r.partition_id] = rnd
         # payload content only (no Flower framing, no metrics): compare with the formulas
-        metrics["uplink_payload_bytes"] = float(
-            sum(self._payload_bytes[r.partition_id] for r in replies))
-        self._decoded, self._payload_bytes = {}, {}
+        metrics["uplink_payload_bytes"] = float(sum(p.nbytes for p in payloads))
         metrics.update(train_metrics(replies, skip=(STEPS_METRIC,)))
         return metrics
 

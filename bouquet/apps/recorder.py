@@ -1,0 +1,119 @@
+"""A ``start()`` callback that keeps a run's results: metrics.jsonl, checkpoints, progress lines.
+
+Bouquet's runner passes one to :meth:`BouquetStrategy.start`; a Flower user's ServerApp can do
+the same::
+
+    recorder = RunRecorder(Path("results/my-run"), meta={"method": "scafcom", "task": "mine",
+                                                         "seed": 0})
+    result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=10,
+                            callbacks=[recorder])
+    recorder.finish(strategy)  # summary.json
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bouquet.apps.results import ResultsWriter
+from bouquet.strategies.base import BouquetStrategy, RoundLog
+from bouquet.strategies.checkpoint import save_checkpoint
+from bouquet.strategies.rounds import RoundReport
+
+CHECKPOINT_DIR = "checkpoint"
+
+
+def say(text: str) -> None:
+    """Progress line on the ServerApp's stdout (streamed by ``flwr run --stream``)."""
+    print(f"[bouquet] {text}", flush=True)
+
+
+def merge_failures(rlog: RoundLog, other: RoundLog) -> None:
+    """Add another phase's failed replies (federated evaluation) to the round's log."""
+    for kind in ("errors", "rejected", "missing"):
+        setattr(rlog, kind, getattr(rlog, kind) + getattr(other, kind))
+    rlog.failures += [{**f, "phase": "evaluate"} for f in other.failures]
+
+
+def round_record(report: RoundReport) -> dict[str, Any]:
+    """The ``metrics.jsonl`` line of a round (the evaluation phase's bytes and failures added)."""
+    rlog = RoundLog(**{**report.train.__dict__, "failures": list(report.train.failures)})
+    if report.evaluate is not None:
+        merge_failures(rlog, report.evaluate)
+        rlog.up_bytes += report.evaluate.up_bytes
+        rlog.down_bytes += report.evaluate.down_bytes
+    return {
+        "round": report.round, **report.evaluation(), **rlog.metrics,
+        "up_bytes": rlog.up_bytes, "down_bytes": rlog.down_bytes, "clients": rlog.clients,
+        "sampled": len(rlog.sampled), "rejected": rlog.rejected, "errors": rlog.errors,
+        "missing": rlog.missing, "failures": rlog.failures, "wall_s": report.wall_s,
+    }
+
+
+class RunRecorder:
+    """Writes each round's ``metrics.jsonl`` line and checkpoint, and prints progress.
+
+    Parameters
+    ----------
+    run_dir : Path
+        The run folder (``config.yaml``, ``metrics.jsonl``, ``checkpoint/``, ``summary.json``).
+    meta : Mapping[str, Any]
+        ``method``, ``task`` and ``seed`` for ``summary.json``.
+    config_yaml : str
+        The resolved configuration written to ``config.yaml``.
+    num_rounds : int
+        Shown in progress lines (``round 2/5``).
+    identity : Mapping[str, Any], optional
+        What a resume checks against the checkpoint (bouquet's runner: the config's identity).
+    headline : Sequence[str]
+        Metric names already in ``final``/``best`` (a resumed run's).
+    target_accuracy : float
+        For the time/bytes-to-target entries of ``summary.json`` (0: none).
+    progress : callable or None
+        Where progress lines go (None: nowhere).
+
+    """
+
+    def __init__(self, run_dir: Path, *, meta: Mapping[str, Any], config_yaml: str = "",
+                 num_rounds: int = 0, identity: Mapping[str, Any] | None = None,
+                 headline: Sequence[str] = (), target_accuracy: float = 0.0,
+                 progress: Callable[[str], None] | None = say) -> None:
+        self.run_dir = Path(run_dir)
+        self.writer = ResultsWriter(self.run_dir, config_yaml, meta)
+        self.num_rounds = num_rounds
+        self.identity = dict(identity or {})
+        self.headline = list(headline)
+        self.target_accuracy = target_accuracy
+        self.progress = progress
+        #: The last round recorded (a resumed run starts after it).
+        self.last_round = 0
+
+    def resume(self, done: int) -> None:
+        """Continue a run whose rounds ``1..done`` are recorded."""
+        self.writer.resume(done)
+        self.last_round = done
+
+    def __call__(self, strategy: BouquetStrategy, report: RoundReport) -> None:
+        """Record one round (the callback :meth:`BouquetStrategy.start` calls)."""
+        record = round_record(report)
+        self.headline = sorted(set(self.headline) | set(report.evaluation())
+                               | set(strategy.headline_metrics()))
+        self.writer.append(record)
+        save_checkpoint(self.run_dir / CHECKPOINT_DIR, report.round, strategy.state_dict(),
+                        {**self.identity, "headline": self.headline})
+        self.last_round = report.round
+        if self.progress is not None:
+            shown = " ".join(f"{k}={record[k]:.4g}" for k in self.headline if k in record)
+            self.progress(
+                f"round {report.round}/{self.num_rounds} {shown} up={record['up_bytes']}B "
+                f"down={record['down_bytes']}B clients={record['clients']} "
+                f"rejected={record['rejected']} errors={record['errors']} "
+                f"missing={record['missing']} ({record['wall_s']:.1f}s)")
+
+    def finish(self, strategy: BouquetStrategy,
+               extras: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+        """Write ``summary.json`` (with the strategy's extras, or ``extras``); return its path."""
+        return self.writer.finish(self.headline,
+                                  strategy.summary_extras() if extras is None else extras,
+                                  self.target_accuracy)
