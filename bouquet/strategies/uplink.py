@@ -14,6 +14,7 @@ previous reply: a lost or rejected reply never leaves client state that the serv
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,8 +96,12 @@ class VectorUplinkStrategy(ModelStrategy):
     def __init__(self, **kwargs: Any) -> None:
         self.accepted: dict[int, int] = {}
         super().__init__(**kwargs)
-        self.compressor = self.make_compressor()
         self.reply_records = (*self.payloads, "metrics")
+
+    @functools.cached_property
+    def compressor(self) -> Compressor:
+        """The uplink compressor, built once from the method's section (:meth:`make_compressor`)."""
+        return self.make_compressor()
 
     @property
     def cfg(self) -> Any:

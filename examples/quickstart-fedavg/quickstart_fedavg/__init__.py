@@ -1,0 +1,1 @@
+"""A Flower quickstart app whose only bouquet line is the strategy import."""
