@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from flwr.serverapp.strategy import Result
 from conformance_kit import (
     CORRUPTIONS,
     NUM_NODES,
@@ -34,6 +35,20 @@ def test_valid_round_uses_every_reply(name: str, tmp_path: Path) -> None:
     assert rlog.clients == NUM_NODES
     assert rlog.up_bytes > 0 and rlog.down_bytes > 0
     assert not [k for k in rlog.metrics if k.startswith("train_train_")]  # one naming rule
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_flower_start_runs_the_method(name: str, tmp_path: Path) -> None:
+    """Flower's own start() runs every method and returns Flower's Result."""
+    grid, strategy = build(name, tmp_path, **{"fraction-train": 1.0})
+    result = strategy.start(grid=grid, num_rounds=2, timeout=60)
+    assert isinstance(result, Result)
+    assert sorted(result.train_metrics_clientapp) == [1, 2]
+    for rec in result.train_metrics_clientapp.values():
+        assert rec["clients"] == NUM_NODES and rec["rejected"] == rec["errors"] == 0
+        assert not [k for k in rec if k.startswith("train_train_")]
+    for rec in result.evaluate_metrics_clientapp.values():
+        assert rec["errors"] == 0 and rec["rejected"] == 0
 
 
 @pytest.mark.parametrize("kind", sorted(CORRUPTIONS))

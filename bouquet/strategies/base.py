@@ -705,12 +705,15 @@ class BouquetStrategy(Strategy):
 
     def evaluation_messages(self, rnd: int, by_pid: Mapping[int, int], chosen: list[int],
                             config: ConfigRecord | None = None) -> list[Message]:
-        """Evaluation instructions to the ``chosen`` partitions (the phase waits in pending)."""
+        """Evaluation instructions to the ``chosen`` partitions (the phase waits in pending).
+
+        None are sent (and no phase waits) when the method has nothing to evaluate yet.
+        """
         contents = {}
         for pid in chosen:
             content = self.evaluation_content(rnd, pid)
             if content is None:
-                return self.send_phase(rnd, {}, by_pid, MessageType.EVALUATE)
+                return []
             contents[pid] = with_user_config(content, config)
         return self.send_phase(rnd, contents, by_pid, MessageType.EVALUATE)
 
@@ -718,6 +721,8 @@ class BouquetStrategy(Strategy):
         """Ask every online node to evaluate the global state; weighted-average metrics."""
         by_pid = self.discover(grid)
         messages = self.evaluation_messages(rnd, by_pid, sorted(by_pid))
+        if MessageType.EVALUATE not in self.pending:
+            return RoundLog(round=rnd)
         replies = grid.send_and_receive(messages, timeout=self.common.round_timeout) \
             if messages else []
         return self.admit_phase(MessageType.EVALUATE, replies)

@@ -350,6 +350,10 @@ class FedLinUCB(BouquetStrategy):
             available = [p for p in available if 0 <= p < self.num_silos]
         return super().choose_partitions(rnd, available)
 
+    def evaluation_content(self, rnd: int, partition_id: int) -> None:
+        """No federated evaluation: the regret (a train metric) is what a bandit run reports."""
+        return None
+
     # ------------------------------------------------------------------ round
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Broadcast the prefix estimate over batches ``1..rnd-1`` to every silo."""
