@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-from flwr.serverapp.strategy import Result
 from conformance_kit import (
     CORRUPTIONS,
     NUM_NODES,
@@ -18,6 +17,7 @@ from conformance_kit import (
     build,
     method_config,
 )
+from flwr.serverapp.strategy import Result
 
 from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.registry import get_method, load_object, methods
