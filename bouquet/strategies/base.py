@@ -41,7 +41,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import console_handler
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
-from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from bouquet.schema import CommonConfig
 from bouquet.strategies import validation as v
@@ -919,25 +918,26 @@ def train_metrics(replies: list[NodeReply], skip: tuple[str, ...] = ()) -> dict[
 
 
 def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[str, float]:
-    """Average the replies' scalar metrics weighted by ``num-examples`` (Flower's rule).
+    """Average every scalar metric of the replies weighted by ``num-examples``.
 
-    The averaging is Flower's ``aggregate_metricrecords``; what reaches it is bounded first:
-    only finite scalar metrics (checked at admission), ``num-examples`` already clipped to the
-    weight cap, and a reply without ``num-examples`` weighs 1.
+    The same rule as Flower's ``aggregate_metricrecords`` (a missing metric counts as 0, the
+    weight is left out), over values bounded first: only finite scalars pass admission and
+    ``num-examples`` is already clipped to the weight cap (a reply without it weighs 1). The
+    arithmetic is ``sum(w x) / sum(w)``, not Flower's ``sum(x w / sum(w))``: Flower's differs in
+    the last bit, and the project's results files must stay byte-identical across versions.
     """
-    rows = []
+    totals: dict[str, float] = {}
+    weight_sum = 0.0
     for r in replies:
         rec = r.content.get(record) if record in r.content else None
         if not isinstance(rec, MetricRecord):
             continue
-        values = {k: x for k, x in rec.items() if k != "num-examples"
-                  and isinstance(x, int | float) and not isinstance(x, bool)}
-        weight = rec.get("num-examples", 1)
-        rows.append(RecordDict({record: MetricRecord({**values, "num-examples": weight})}))
-    if not rows or not sum(float(row[record]["num-examples"]) for row in rows):  # type: ignore[arg-type,index,misc]
-        return {}
-    averaged = aggregate_metricrecords(rows, "num-examples")
-    return {k: float(x) for k, x in averaged.items()}  # type: ignore[arg-type]
+        w = float(rec.get("num-examples", 1))  # type: ignore[arg-type]
+        weight_sum += w
+        for k, x in rec.items():
+            if k != "num-examples" and isinstance(x, int | float) and not isinstance(x, bool):
+                totals[k] = totals.get(k, 0.0) + w * float(x)
+    return {k: x / weight_sum for k, x in totals.items()} if weight_sum else {}
 
 
 def with_user_config(content: RecordDict, config: ConfigRecord | None) -> RecordDict:
