@@ -570,9 +570,18 @@ class BouquetStrategy(Strategy):
         non-finite global state. Evaluation replies pass
         :func:`~bouquet.strategies.validation.evaluation_reply`. Error replies are mapped to
         their node through ``reply_to_message_id``, messages without a reply are counted
-        missing, and every refused reply is named in ``failures``.
+        missing, and every refused reply is named in ``failures``. The phase stays in
+        :attr:`pending` while its replies are admitted (a method whose phases expect different
+        replies reads it there, as Fed-SB's init does).
         """
-        phase = self.pending.pop(message_type)
+        try:
+            return self._admit(self.pending[message_type], replies)
+        finally:
+            self.pending.pop(message_type, None)
+
+    def _admit(self, phase: PendingPhase, replies: Iterable[Message]) -> RoundLog:
+        """:meth:`admit_phase` of one phase (still in :attr:`pending` while it is admitted)."""
+        message_type = phase.message_type
         rnd = phase.round
         if phase.before is not None and not phase.messages:
             self.last_log[message_type] = phase.before

@@ -303,7 +303,6 @@ class LoraStrategy(BouquetStrategy):
         self.has_frame: set[int] = set()
         #: Cumulative epsilon reported by each partition (private mode).
         self.epsilon: dict[int, float] = {}
-        self._phase = PHASE_TRAIN
         self.base: dict[str, np.ndarray] = {}
         if setup.initial_arrays is not None:
             self.bind_model(setup.initial_arrays)
@@ -389,12 +388,12 @@ class LoraStrategy(BouquetStrategy):
             cfg["phase"] = PHASE_INIT
             contents[pid] = RecordDict({"arrays": to_record(
                 {k: self.trainable[k] for k in self.head}), "config": cfg})
-        self._phase = PHASE_INIT
-        try:
-            return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN,
-                                  norm_key=PHASE_INIT)
-        finally:
-            self._phase = PHASE_TRAIN
+        return self.run_phase(grid, rnd, contents, by_pid, MessageType.TRAIN, norm_key=PHASE_INIT)
+
+    def admitting_init(self) -> bool:
+        """Whether the replies being admitted answer Fed-SB's init phase (not a training round)."""
+        phase = self.pending.get(MessageType.TRAIN)
+        return phase is not None and phase.norm_key == PHASE_INIT
 
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Send the global adapters (+ head, + Fed-SB's frame where a client lacks it)."""
@@ -406,7 +405,7 @@ class LoraStrategy(BouquetStrategy):
         Returns the norm of the update (Fed-SB init: of the summed gradients). A reported
         epsilon must lie between the node's last one and :meth:`epsilon_ceiling`.
         """
-        if self._phase == PHASE_INIT:
+        if self.admitting_init():
             v.expect_records(content, (GRADS_RECORD, "metrics"))
             grads = v.arrays(content, GRADS_RECORD,
                              {a.module: ((a.m, a.n), np.float32) for a in self.adapted})
@@ -469,7 +468,7 @@ class LoraStrategy(BouquetStrategy):
                 self.epsilon[r.partition_id] = v.metric(r.content, "epsilon", min=0.0)
             metrics["epsilon"] = max(self.epsilon.values())
             metrics["delta"] = float(self.dp.delta)  # type: ignore[union-attr]
-        if self._phase == PHASE_INIT:
+        if self.admitting_init():
             assert self.fedsb_cfg is not None
             total = {a.module: np.zeros((a.m, a.n)) for a in self.adapted}
             for r in replies:
