@@ -5,12 +5,14 @@ from __future__ import annotations
 import inspect
 import json
 import pydoc
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 from flwr.serverapp.strategy import Result
 
 import bouquet.strategies as strategies
@@ -170,3 +172,28 @@ def test_start_callbacks_record_results_for_a_user_run(tmp_path: Path) -> None:
     resumed.load_state_dict(state)
     result = resumed.start(grid=grid, num_rounds=3, first_round=3)
     assert sorted(result.train_metrics_clientapp) == [3]
+
+
+class UnavailableGrid(LocalGrid):
+    """The SuperLink answers for node 1001: an error reply signed with its own node id (1)."""
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = list(super().push_messages(messages))
+        for mid in ids:
+            reply = self.replies[mid]
+            if reply.metadata.src_node_id == 1001 and not reply.has_error():
+                error = Message(Error(code=ErrorCode.NODE_UNAVAILABLE, reason="node unavailable"),
+                                reply_to=next(m for m in self.sent if m.metadata.message_id == mid))
+                error.metadata.__dict__["_src_node_id"] = 1
+                self.replies[mid] = error
+        return ids
+
+
+def test_error_replies_are_mapped_to_their_node_through_reply_to_message_id() -> None:
+    grid = UnavailableGrid(3, {}, client=quickstart_app())
+    strategy = FedAvg(min_available_nodes=3, sample_deadline=5.0, fraction_evaluate=0.0)
+    result = strategy.start(grid=grid, initial_arrays=initial(), num_rounds=1, timeout=10)
+    assert result.train_metrics_clientapp[1]["errors"] == 1
+    [failure] = strategy.last_log["train"].failures
+    assert (failure["node_id"], failure["kind"]) == (1001, "errors")
+    assert "node unavailable" in failure["reason"]
