@@ -218,6 +218,7 @@ class BouquetStrategy(Strategy):
     options: ClassVar[type | None] = None
     #: Whether the strategy keeps a model (then it needs initial arrays before round 1).
     holds_model: ClassVar[bool] = True
+    #: The keyword arguments, derived from the declarations above (``__init_subclass__``).
     arguments: ClassVar[list[Argument]] = []
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
