@@ -15,14 +15,16 @@ globals or process caches.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from bouquet.clients.local_training import LocalSchedule
 from bouquet.schema import CommonConfig
 from bouquet.strategies.model import to_numpy
+from bouquet.tasks.torch_utils import BatchLoss, generator
 
 
 @dataclasses.dataclass
@@ -55,6 +57,32 @@ class ClientEnv:
     def local_data(self) -> Any:
         """Return this node's partition (cached per process)."""
         return _local_data(self.task, self.partition_id, self.num_partitions, self.common)
+
+
+class TaskBatches:
+    """The catalogue task's shuffled mini-batches of one node and round, as an iterable.
+
+    Iterating gives the task's endless stream, seeded by ``(seed, round, partition)``, so a
+    public client function fed with it takes the same steps as the task's own loop.
+    """
+
+    def __init__(self, env: ClientEnv, rnd: int) -> None:
+        self.env, self.rnd = env, rnd
+        self.local = env.local_data()
+
+    def __iter__(self) -> Iterator[Any]:
+        env = self.env
+        return env.task.batches(  # type: ignore[no-any-return]
+            self.local, env.common.batch_size,
+            generator(env.common.seed, self.rnd, env.partition_id))
+
+
+def task_inputs(env: ClientEnv, rnd: int) -> tuple[TaskBatches, BatchLoss, LocalSchedule]:
+    """Batches, loss closure and schedule of the catalogue task for the public functions."""
+    batches = TaskBatches(env, rnd)
+    steps = env.task.num_steps(env.common, batches.local.num_train)
+    return (batches, lambda model, batch: env.task.loss(model, *batch),
+            LocalSchedule(lr=env.common.lr, local_steps=int(steps)))
 
 
 _DATA_CACHE: dict[tuple[Any, ...], Any] = {}

@@ -1,0 +1,227 @@
+"""The public client functions, called as a Flower user's own ``@app.train()`` would.
+
+Every test uses a model and data that are NOT from bouquet's catalogue (a tiny user-defined
+``nn.Module``, user-made batches), checks that the reply passes the method's strategy validation
+(the strategy built through its factory with the user's model as initial arrays), and that the
+node's memory lands in ``context.state``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+from torch import nn
+
+from bouquet.apps.config import resolve
+from bouquet.apps.registry import get_method, load_object
+from bouquet.clients import compressed_fedavg, fed_ef, fedavg, fedcg, scafcom, scaffold, scallion
+from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
+from bouquet.strategies.model import to_record
+from bouquet.tasks.torch_utils import get_arrays
+
+LOCAL_STEPS = 3
+
+
+class TwoLayer(nn.Module):
+    """A user's own model (names and shapes unlike any catalogue model)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(5, 7)
+        self.decoder = nn.Linear(7, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(torch.tanh(self.encoder(x)))  # type: ignore[no-any-return]
+
+
+def user_model() -> nn.Module:
+    torch.manual_seed(0)
+    return TwoLayer()
+
+
+def user_batches(n: int = 24, batch: int = 6) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 5, generator=g)
+    y = torch.randint(0, 3, (n,), generator=g)
+    return [(x[i : i + batch], y[i : i + batch]) for i in range(0, n, batch)]
+
+
+def user_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    return nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+
+def strategy_for(method: str, tmp_path: Path, model: nn.Module, **keys: Any) -> BouquetStrategy:
+    """The method's strategy from its factory, holding the user's model."""
+    cfg = resolve({"method": method, "task": get_method(method).default_task,
+                   "results-dir": str(tmp_path), "run-name": "r", "seed": 2,
+                   "local-steps": LOCAL_STEPS, **keys})
+    setup = StrategySetup(cfg.common, cfg.sections, method, cfg.task_name,
+                          initial_arrays=to_record(get_arrays(model)))
+    strategy = load_object(cfg.method.strategy)(setup)
+    assert isinstance(strategy, BouquetStrategy)
+    return strategy
+
+
+def node_context(partition_id: int = 0) -> Context:
+    return Context(1, 100 + partition_id, {"partition-id": partition_id, "num-partitions": 2},
+                   RecordDict(), {})
+
+
+def instruction(strategy: BouquetStrategy, rnd: int, partition_id: int = 0) -> Message:
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    content = strategy.configure_round(rnd, [partition_id])[partition_id]
+    msg = Message(content, dst_node_id=100 + partition_id, message_type="train")
+    msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return msg
+
+
+def admit(strategy: BouquetStrategy, rnd: int, reply: Message, partition_id: int = 0) -> None:
+    """The reply passes the strategy's checks and is aggregated."""
+    assert reply.metadata.reply_to_message_id
+    strategy.admit_train_reply(rnd, partition_id, reply.content)
+    strategy.aggregate_round(rnd, [NodeReply(100 + partition_id, partition_id, reply.content, 1, 1)])
+
+
+Call = Callable[[Message, Context], Message]
+
+GRADIENT = [
+    ("scaffold", {}, lambda m, c: scaffold.train(m, c, user_model(), user_batches(), user_loss,
+                                                 lr=0.1, local_steps=LOCAL_STEPS), "committed"),
+    ("scaffold-1up", {}, lambda m, c: scaffold.train_single_uplink(
+        m, c, user_model(), user_batches(), user_loss, lr=0.1, local_steps=LOCAL_STEPS),
+     "committed"),
+    ("scallion", {"scallion.compressor-ratio": 0.3},
+     lambda m, c: scallion.train(m, c, user_model(), user_batches(), user_loss, lr=0.1,
+                                 local_steps=LOCAL_STEPS, compressor_ratio=0.3), "committed"),
+    ("scafcom", {"scafcom.beta": 0.5, "scafcom.compressor-ratio": 0.3},
+     lambda m, c: scafcom.train(m, c, user_model(), user_batches(), user_loss, lr=0.1,
+                                local_steps=LOCAL_STEPS, beta=0.5, compressor="topk",
+                                compressor_ratio=0.3), "committed"),
+    ("fedavg-compressed", {"fedavg-compressed.compressor-ratio": 0.3},
+     lambda m, c: compressed_fedavg.train(m, c, user_model(), user_batches(), user_loss, lr=0.1,
+                                          local_steps=LOCAL_STEPS, compressor_ratio=0.3), None),
+    ("fed-ef", {"fed-ef.compressor-ratio": 0.3},
+     lambda m, c: fed_ef.train(m, c, user_model(), user_batches(), user_loss, lr=0.1,
+                               local_steps=LOCAL_STEPS, compressor_ratio=0.3), "committed"),
+    ("fedavg", {}, lambda m, c: fedavg.train(m, c, user_model(), user_batches(), user_loss,
+                                             lr=0.1, local_epochs=1), None),
+]
+
+
+@pytest.mark.parametrize(("method", "keys", "call", "memory"), GRADIENT,
+                         ids=[g[0] for g in GRADIENT])
+def test_gradient_function_on_user_model_passes_validation(
+        method: str, keys: dict[str, Any], call: Call, memory: str | None,
+        tmp_path: Path) -> None:
+    strategy = strategy_for(method, tmp_path, user_model(), **keys)
+    context = node_context()
+    for rnd in (1, 2):
+        msg = instruction(strategy, rnd)
+        reply = call(msg, context)
+        assert int(reply.content["metrics"]["num-examples"]) == 24  # type: ignore[index]
+        admit(strategy, rnd, reply)
+    if memory is not None:
+        # round 2 committed round 1's state: c_i (and v_i / e) now live in context.state
+        assert f"{method}.{memory}" in context.state.array_records
+        assert context.state.array_records[f"{method}.{memory}"].keys()
+    if method == "fedavg":
+        assert "arrays" in reply.content
+
+
+def test_fedcg_function_on_user_model_passes_validation(tmp_path: Path) -> None:
+    strategy = strategy_for("fedcg", tmp_path, user_model(), **{"fedcg.error-feedback": True})
+    strategy.sizes = {0: 24}
+    context = node_context()
+    for rnd in (1, 2):
+        msg = instruction(strategy, rnd)
+        reply = fedcg.train(msg, context, user_model(), user_batches(), user_loss, lr=0.1,
+                            local_steps=LOCAL_STEPS, error_feedback=True)
+        strategy.admit_train_reply(rnd, 0, reply.content)
+    assert "fedcg.ef" in context.state.array_records
+
+
+def test_unknown_or_server_only_options_are_refused(tmp_path: Path) -> None:
+    strategy = strategy_for("scafcom", tmp_path, user_model())
+    msg = instruction(strategy, 1)
+    with pytest.raises(TypeError, match="unknown option 'betta'"):
+        scafcom.train(msg, node_context(), user_model(), user_batches(), user_loss, betta=0.1)
+    with pytest.raises(TypeError, match="server_lr"):
+        scafcom.train(msg, node_context(), user_model(), user_batches(), user_loss, server_lr=2.0)
+    with pytest.raises(ValueError, match="beta"):
+        scafcom.train(msg, node_context(), user_model(), user_batches(), user_loss, beta=3.0)
+
+
+def test_mismatched_compressor_is_rejected_by_the_strategy(tmp_path: Path) -> None:
+    """The options must match the server's: a differently compressed reply is refused."""
+    from bouquet.strategies.base import InvalidReply
+
+    strategy = strategy_for("scafcom", tmp_path, user_model(), **{"scafcom.compressor": "topk"})
+    msg = instruction(strategy, 1)
+    reply = scafcom.train(msg, node_context(), user_model(), user_batches(), user_loss,
+                          local_steps=LOCAL_STEPS, compressor="qsgd")
+    with pytest.raises(InvalidReply):
+        strategy.admit_train_reply(1, 0, reply.content)
+
+
+def test_num_examples_counts_a_dataloader_and_can_be_given(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.randn(20, 5), torch.randint(0, 3, (20,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True,
+                        generator=torch.Generator().manual_seed(0))
+    strategy = strategy_for("fedavg", tmp_path, user_model())
+    msg = instruction(strategy, 1)
+    out = fedavg.train(msg, node_context(), user_model(), loader, user_loss, local_epochs=2)
+    assert out.content["metrics"]["num-examples"] == 20  # type: ignore[index]
+    assert out.content["metrics"]["steps"] == 6  # type: ignore[index]
+    out = fedavg.train(msg, node_context(), user_model(), loader, user_loss, num_examples=7)
+    assert out.content["metrics"]["num-examples"] == 7  # type: ignore[index]
+
+
+def test_catalogue_inputs_through_the_function_match_the_client_app(tmp_path: Path) -> None:
+    """The ClientApp's procedure and the public function on the task's model and batches agree."""
+    from bouquet.apps.client_app import environment
+    from bouquet.apps.local_grid import LocalGrid
+    from bouquet.clients.base import task_inputs
+    from bouquet.clients.scaffold import ScafcomClient
+
+    grid = LocalGrid(2, {"method": "scafcom", "task": "digits-mlp", "results-dir": str(tmp_path),
+                         "run-name": "r", "seed": 5, "local-steps": 2})
+    _, env = environment(next(iter(grid.contexts.values())))
+    strategy = strategy_for("scafcom", tmp_path, env.task.build_model(), seed=5)
+    msg = instruction(strategy, 1)
+    ctx_a, ctx_b = node_context(), node_context()
+    env.partition_id = 0
+    via_app = ScafcomClient().train(msg, ctx_a, env)
+    batches, loss_fn, schedule = task_inputs(env, 1)
+    via_function = scafcom.train(msg, ctx_b, env.task.build_model(), batches, loss_fn,
+                                 lr=schedule.lr, local_steps=schedule.local_steps,
+                                 num_examples=batches.local.num_train, seed=5,
+                                 **_client_options(env.section("scafcom")))
+    for name in ("payload",):
+        a, b = via_app[name], via_function.content[name]
+        for k in a.keys():  # type: ignore[union-attr]
+            assert np.array_equal(a[k].numpy(), b[k].numpy())  # type: ignore[index]
+    assert dict(via_app["metrics"]) == dict(via_function.content["metrics"])  # type: ignore[arg-type]
+
+
+def _client_options(section: Any) -> dict[str, Any]:
+    import dataclasses
+
+    from bouquet.clients.local_training import SERVER_ONLY
+
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+            if f.name not in SERVER_ONLY}
+
+
+def test_instruction_config_is_a_config_record(tmp_path: Path) -> None:
+    msg = instruction(strategy_for("scaffold", tmp_path, user_model()), 1)
+    assert isinstance(msg.content["config"], ConfigRecord)
