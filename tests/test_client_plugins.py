@@ -58,13 +58,14 @@ def user_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tor
     return nn.functional.cross_entropy(model(batch[0]), batch[1])
 
 
-def strategy_for(method: str, tmp_path: Path, model: nn.Module, **keys: Any) -> BouquetStrategy:
+def strategy_for(method: str, tmp_path: Path, model: nn.Module | None, **keys: Any
+                 ) -> BouquetStrategy:
     """The method's strategy from its factory, holding the user's model."""
     cfg = resolve({"method": method, "task": get_method(method).default_task,
                    "results-dir": str(tmp_path), "run-name": "r", "seed": 2,
                    "local-steps": LOCAL_STEPS, **keys})
     setup = StrategySetup(cfg.common, cfg.sections, method, cfg.task_name,
-                          initial_arrays=to_record(get_arrays(model)))
+                          initial_arrays=None if model is None else to_record(get_arrays(model)))
     strategy = load_object(cfg.method.strategy)(setup)
     assert isinstance(strategy, BouquetStrategy)
     return strategy
@@ -225,3 +226,77 @@ def _client_options(section: Any) -> dict[str, Any]:
 def test_instruction_config_is_a_config_record(tmp_path: Path) -> None:
     msg = instruction(strategy_for("scaffold", tmp_path, user_model()), 1)
     assert isinstance(msg.content["config"], ConfigRecord)
+
+
+@pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
+def test_fedkseed_function_on_user_model_passes_validation(method: str, tmp_path: Path) -> None:
+    from bouquet.clients import fedkseed
+
+    fedkseed.clear_cache()
+    options = {"num_seeds": 16, "local_steps": 5, "lr": 1e-2, "eps": 1e-3}
+    strategy = strategy_for(method, tmp_path, user_model(), **{
+        "fedkseed.num-seeds": 16, "fedkseed.local-steps": 5, "fedkseed.lr": 1e-2})
+    context = node_context()
+
+    def forward_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        return float(user_loss(model, batch))
+
+    w0 = get_arrays(user_model())
+    for rnd in (1, 2):
+        msg = instruction(strategy, rnd)
+        reply = fedkseed.train(msg, context, user_model(), user_batches(), forward_loss,
+                               **options)
+        assert int(reply.content["metrics"]["num-examples"]) == 24  # type: ignore[index]
+        admit(strategy, rnd, reply)
+    # the global model the server's accumulator describes moved away from w0
+    glob = fedkseed.global_model(instruction(strategy, 3), user_model(), **options)
+    moved = max(float(np.abs(get_arrays(glob)[k] - w0[k]).max()) for k in w0)
+    assert moved > 0
+    with pytest.raises(TypeError, match="pro_clip"):
+        fedkseed.train(msg, context, user_model(), user_batches(), forward_loss, pro_clip=1.0)
+
+
+class UserBandit:
+    """A user's own silo: random unit contexts, a hidden linear reward (no catalogue task)."""
+
+    def __init__(self, dim: int = 6, arms: int = 4) -> None:
+        self.dim, self.arms = dim, arms
+        self.theta = np.linspace(-0.5, 0.5, dim)
+
+    def contexts(self, rnd: int, step: int) -> np.ndarray:
+        x = np.random.default_rng([rnd, step]).standard_normal((self.arms, self.dim))
+        return x / np.linalg.norm(x, axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+    def reward(self, rnd: int, step: int, arm: int) -> float:
+        return float(self.contexts(rnd, step)[arm] @ self.theta)
+
+
+BANDIT_KEYS = {"linucb.num-silos": 2, "linucb.horizon-rounds": 3, "linucb.batch-steps": 5,
+               "num-server-rounds": 3}
+BANDITS = [("fedlinucb", "none", {}),
+           ("dp-fedlinucb-ldp", "ldp", {"epsilon": 2.0, "delta": 0.1}),
+           ("dp-fedlinucb-sdp-amp", "sdp-amp", {"epsilon": 2.0, "delta": 0.1}),
+           ("dp-fedlinucb-sdp-vecsum", "sdp-vecsum", {"epsilon": 2.0, "delta": 0.1})]
+
+
+@pytest.mark.parametrize(("method", "variant", "dp"), BANDITS, ids=[b[0] for b in BANDITS])
+def test_bandit_function_on_user_source_passes_validation(
+        method: str, variant: str, dp: dict[str, Any], tmp_path: Path) -> None:
+    from bouquet.clients import linucb
+
+    keys = {**BANDIT_KEYS, **{f"dp-linucb.{k}": v for k, v in dp.items()}}
+    strategy = strategy_for(method, tmp_path, None, **keys)
+    strategy.partitions = {100: 0, 101: 1}
+    context = node_context()
+    context.node_config["dp-seed"] = 7
+    source = UserBandit()
+    for rnd in (1, 2):
+        msg = instruction(strategy, rnd)
+        reply = linucb.train(msg, context, source, context_dim=6, variant=variant, seed=2,
+                             num_silos=2, horizon_rounds=3, batch_steps=5, **dp)
+        strategy.admit_train_reply(rnd, 0, reply.content)
+    assert context.state.config_records[f"{method}.progress"]["round"] == 2
+    # the silo refuses a protocol that differs from the server's
+    with pytest.raises(ValueError, match="batch-steps"):
+        linucb.train(instruction(strategy, 3), context, source, context_dim=6, variant=variant,
+                     num_silos=2, horizon_rounds=3, batch_steps=4, **dp)
