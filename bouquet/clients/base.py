@@ -15,13 +15,13 @@ globals or process caches.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from bouquet.clients.local_training import LocalSchedule
+from bouquet.node_state import NodeState
 from bouquet.schema import CommonConfig
 from bouquet.strategies.model import to_numpy
 from bouquet.tasks.torch_utils import BatchLoss, generator
@@ -85,6 +85,9 @@ def task_inputs(env: ClientEnv, rnd: int) -> tuple[TaskBatches, BatchLoss, Local
             LocalSchedule(lr=env.common.lr, local_steps=int(steps)))
 
 
+__all__ = ["ClientEnv", "ClientProcedure", "NodeState", "TaskBatches", "message_config",
+           "task_inputs"]
+
 _DATA_CACHE: dict[tuple[Any, ...], Any] = {}
 
 
@@ -96,51 +99,6 @@ def _local_data(task: Any, pid: int, n: int, common: CommonConfig) -> Any:
             _DATA_CACHE.clear()
         _DATA_CACHE[key] = task.partition(pid, n, common)
     return _DATA_CACHE[key]
-
-
-class NodeState:
-    """Typed access to ``context.state`` entries named ``"<method>.<name>"``.
-
-    Parameters
-    ----------
-    context : Context
-        The node's context (its ``state`` persists across rounds).
-    namespace : str
-        Usually the method name.
-
-    """
-
-    def __init__(self, context: Context, namespace: str) -> None:
-        self.state = context.state
-        self.namespace = namespace
-
-    def _key(self, name: str) -> str:
-        return f"{self.namespace}.{name}"
-
-    def arrays(self, name: str) -> dict[str, np.ndarray] | None:
-        """The stored arrays called ``name``, or None if never stored."""
-        key = self._key(name)
-        if key not in self.state.array_records:
-            return None
-        rec = self.state.array_records[key]
-        return {k: rec[k].numpy() for k in rec.keys()}
-
-    def set_arrays(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
-        """Store arrays under ``name`` (replacing what was there)."""
-        self.state[self._key(name)] = ArrayRecord(
-            {k: Array(np.ascontiguousarray(a)) for k, a in arrays.items()}
-        )
-
-    def values(self, name: str) -> dict[str, Any]:
-        """Stored scalars called ``name`` (empty dict if never stored)."""
-        key = self._key(name)
-        if key not in self.state.config_records:
-            return {}
-        return dict(self.state.config_records[key])
-
-    def set_values(self, name: str, values: Mapping[str, Any]) -> None:
-        """Store scalars (int, float, str, bool, bytes) under ``name``."""
-        self.state[self._key(name)] = ConfigRecord(dict(values))
 
 
 class ClientProcedure:
