@@ -404,3 +404,32 @@ def test_lora_function_with_dp_sgd_reports_epsilon_and_keeps_the_accountant(
         assert "train_loss" not in reply.content["metrics"]  # type: ignore[operator]
     assert 0 < eps[0] < eps[1]  # one accountant across rounds, in context.state
     assert any(k.startswith("dp.") for k in context.state.keys())
+
+
+def test_catalogue_tasks_satisfy_the_protocols_their_clients_need() -> None:
+    from bouquet.apps.registry import get_task
+    from bouquet.tasks.protocols import BanditTask, ModelTask, PrivateTask, SupervisedTask, Task
+
+    for name in ("digits-mlp", "fmnist-cnn"):
+        task = get_task(name).load()
+        assert isinstance(task, SupervisedTask) and isinstance(task, PrivateTask)
+    bandit = get_task("synth-bandit").load()
+    assert isinstance(bandit, BanditTask) and isinstance(bandit, Task)
+    assert not isinstance(bandit, ModelTask)
+
+
+def test_a_method_on_the_wrong_kind_of_task_says_what_it_needs() -> None:
+    from bouquet.apps.registry import get_task
+    from bouquet.clients.base import ClientEnv, task_inputs
+    from bouquet.schema import CommonConfig
+
+    env = ClientEnv(CommonConfig(), {}, get_task("synth-bandit").load(), 0, 1)
+    with pytest.raises(TypeError, match="needs a task with a model, batches and a loss"):
+        task_inputs(env, 1)
+
+
+def test_torch_helpers_have_one_home() -> None:
+    from bouquet.tasks import classification, torch_utils
+
+    for name in ("get_arrays", "set_arrays", "generator"):
+        assert getattr(classification, name) is getattr(torch_utils, name)

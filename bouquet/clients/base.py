@@ -24,6 +24,7 @@ from bouquet.clients.local_training import LocalSchedule
 from bouquet.node_state import NodeState
 from bouquet.schema import CommonConfig
 from bouquet.strategies.model import to_numpy
+from bouquet.tasks.protocols import BanditTask, EvaluatedTask, SupervisedTask, Task, require_kind
 from bouquet.tasks.torch_utils import BatchLoss, generator
 
 
@@ -37,8 +38,9 @@ class ClientEnv:
         Keys every run has.
     sections : dict[str, Any]
         The method's and task's configuration sections.
-    task : Any
-        The task object (loaded once per process).
+    task : Task
+        The task object (loaded once per process); the typed views :meth:`supervised`,
+        :meth:`evaluated` and :meth:`bandit` check the protocol a procedure needs.
     partition_id, num_partitions : int
         This node's share of the data.
 
@@ -46,13 +48,28 @@ class ClientEnv:
 
     common: CommonConfig
     sections: dict[str, Any]
-    task: Any
+    task: Task
     partition_id: int
     num_partitions: int
 
     def section(self, prefix: str) -> Any:
         """The configuration section called ``prefix``."""
         return self.sections[prefix]
+
+    def supervised(self) -> SupervisedTask:
+        """The task as a :class:`~bouquet.tasks.protocols.SupervisedTask` (or a TypeError)."""
+        return require_kind(self.task, SupervisedTask,  # type: ignore[no-any-return]
+                            "a task with a model, batches and a loss")
+
+    def evaluated(self) -> EvaluatedTask:
+        """The task as an :class:`~bouquet.tasks.protocols.EvaluatedTask` (or a TypeError)."""
+        return require_kind(self.task, EvaluatedTask,  # type: ignore[no-any-return]
+                            "a task that evaluates a model on local rows")
+
+    def bandit(self) -> BanditTask:
+        """The task as a :class:`~bouquet.tasks.protocols.BanditTask` (or a TypeError)."""
+        return require_kind(self.task, BanditTask,  # type: ignore[no-any-return]
+                            "a bandit task (kind='bandit'), e.g. task='synth-bandit'")
 
     def local_data(self) -> Any:
         """Return this node's partition (cached per process)."""
@@ -72,16 +89,16 @@ class TaskBatches:
 
     def __iter__(self) -> Iterator[Any]:
         env = self.env
-        return env.task.batches(  # type: ignore[no-any-return]
-            self.local, env.common.batch_size,
-            generator(env.common.seed, self.rnd, env.partition_id))
+        return env.supervised().batches(self.local, env.common.batch_size,
+                                        generator(env.common.seed, self.rnd, env.partition_id))
 
 
 def task_inputs(env: ClientEnv, rnd: int) -> tuple[TaskBatches, BatchLoss, LocalSchedule]:
     """Batches, loss closure and schedule of the catalogue task for the public functions."""
+    task = env.supervised()
     batches = TaskBatches(env, rnd)
-    steps = env.task.num_steps(env.common, batches.local.num_train)
-    return (batches, lambda model, batch: env.task.loss(model, *batch),
+    steps = task.num_steps(env.common, batches.local.num_train)
+    return (batches, lambda model, batch: task.loss(model, *batch),
             LocalSchedule(lr=env.common.lr, local_steps=int(steps)))
 
 
@@ -115,9 +132,10 @@ class ClientProcedure:
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Evaluate the received global model on this node's test share."""
-        model = env.task.model_from(to_numpy(msg.content["arrays"]))
+        task = env.evaluated()
+        model = task.model_from(to_numpy(msg.content["arrays"]))  # type: ignore[arg-type]
         local = env.local_data()
-        metrics = env.task.evaluate_model(model, local.x_test, local.y_test)
+        metrics = task.evaluate_model(model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])
         return RecordDict({"metrics": MetricRecord(metrics)})
 

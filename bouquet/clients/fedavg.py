@@ -67,5 +67,5 @@ class FedAvgClient(ClientProcedure):
         """One local round on the catalogue task."""
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
         batches, loss_fn, schedule = task_inputs(env, rnd)
-        return local_round(msg, env.task.build_model(), batches, loss_fn, schedule,
+        return local_round(msg, env.supervised().build_model(), batches, loss_fn, schedule,
                            batches.local.num_train)

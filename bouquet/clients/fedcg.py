@@ -120,7 +120,7 @@ class FedcgClient(ClientProcedure):
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
         section: FedcgConfig = env.section("fedcg")
         batches, loss_fn, schedule = task_inputs(env, rnd)
-        return local_round(msg, context, env.task.build_model(), batches, loss_fn, schedule,
+        return local_round(msg, context, env.supervised().build_model(), batches, loss_fn, schedule,
                            num_examples=batches.local.num_train,
                            error_feedback=section.error_feedback, seed=env.common.seed,
                            namespace=env.common.method)

@@ -250,7 +250,8 @@ _SERVER_ONLY = frozenset({"equal_weight", "pro_clip"})
 
 def task_source(env: ClientEnv) -> Callable[[], nn.Module]:
     """Builds the catalogue task's ``w0`` (only when the cached replica cannot serve)."""
-    return lambda: env.task.model_from(initial_weights(env))  # type: ignore[no-any-return]
+    task = env.supervised()
+    return lambda: task.model_from(initial_weights(env))  # type: ignore[no-any-return]
 
 
 def sync_task(env: ClientEnv, cfg: FedKSeedConfig, target: np.ndarray) -> tuple[Replica, int]:
@@ -267,7 +268,7 @@ class FedKSeedClient(ClientProcedure):
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
         batches = TaskBatches(env, rnd)
         return local_round(msg, context, replica_key(env, cfg), task_source(env), batches,
-                           lambda model, batch: env.task.loss(model, *batch), cfg,
+                           lambda model, batch: env.supervised().loss(model, *batch), cfg,
                            num_examples=batches.local.num_train, seed=env.common.seed)
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
@@ -275,11 +276,11 @@ class FedKSeedClient(ClientProcedure):
         cfg: FedKSeedConfig = env.section("fedkseed")
         rep, _ = sync_task(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
         local = env.local_data()
-        metrics = env.task.evaluate_model(rep.model, local.x_test, local.y_test)
+        metrics = env.evaluated().evaluate_model(rep.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])
         return RecordDict({"metrics": MetricRecord(metrics)})
 
 
 def initial_weights(env: ClientEnv) -> dict[str, np.ndarray]:
     """``w0``: the task's initial model for the run seed (every node builds the same one)."""
-    return env.task.initial_arrays(env.common.seed)  # type: ignore[no-any-return]
+    return env.supervised().initial_arrays(env.common.seed)

@@ -322,7 +322,7 @@ class FedLinUCBClient(ClientProcedure):
         rnd = int(cfg["server-round"])  # type: ignore[arg-type]
         proto = self.protocol(msg, context, env)
         check_announced(msg, proto, env.partition_id)
-        block = env.local_data().block(rnd, proto.batch, env.section(env.task.section_prefix))
+        block = env.local_data().block(rnd, proto.batch, env.section(env.bandit().section_prefix))
         return silo_round(msg, context, BlockSource(block), proto, env.section("linucb"),
                           seed=env.common.seed, namespace=str(cfg["method"]))
 

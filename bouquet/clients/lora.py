@@ -223,14 +223,15 @@ def task_job(env: ClientEnv) -> LoraJob:
     """The :class:`LoraJob` of the catalogue task."""
     from bouquet.privacy.dp import example_losses_of
 
+    task = env.supervised()
     local = env.local_data()
     dp: DPConfig | None = env.sections.get("dp")
     return LoraJob(
-        model=env.task.build_model, x=local.x_train, y=local.y_train, loss_fn=env.task.loss,
-        example_loss_fn=example_losses_of(env.task) if dp is not None and dp.enabled else None,
+        model=task.build_model, x=local.x_train, y=local.y_train, loss_fn=task.loss,
+        example_loss_fn=example_losses_of(task) if dp is not None and dp.enabled else None,
         lora=env.section("lora"), fed_sb=env.sections.get("fed-sb") or L.FedSBConfig(), dp=dp,
         seed=env.common.seed, partition_id=env.partition_id, batch_size=env.common.batch_size,
-        steps=int(env.task.num_steps(env.common, local.num_train)), lr=env.common.lr,
+        steps=int(task.num_steps(env.common, local.num_train)), lr=env.common.lr,
         num_server_rounds=env.common.num_server_rounds)
 
 
@@ -309,7 +310,7 @@ class LoraClient(ClientProcedure):
         """Evaluate the global adapters on this node's held-out rows."""
         am = self.adapted_model(msg, context, task_job(env))
         local = env.local_data()
-        metrics = env.task.evaluate_model(am.model, local.x_test, local.y_test)
+        metrics = env.evaluated().evaluate_model(am.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(len(local.y_test))
         return RecordDict({"metrics": MetricRecord(metrics)})
 

@@ -85,7 +85,7 @@ class VectorClient(ClientProcedure):
         """One round on the catalogue task (see :meth:`run`)."""
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
         batches, loss_fn, schedule = task_inputs(env, rnd)
-        return self.run(msg, context, env.task.build_model(), batches, loss_fn,
+        return self.run(msg, context, env.supervised().build_model(), batches, loss_fn,
                         env.section(self.prefix), schedule,
                         num_examples=batches.local.num_train, seed=env.common.seed)
 
