@@ -191,8 +191,8 @@ def test_catalogue_inputs_through_the_function_match_the_client_app(tmp_path: Pa
     """The ClientApp's procedure and the public function on the task's model and batches agree."""
     from bouquet.apps.client_app import environment
     from bouquet.apps.local_grid import LocalGrid
-    from bouquet.clients.base import task_inputs
     from bouquet.clients.scaffold import ScafcomClient
+    from bouquet.clients.task_inputs import task_inputs
 
     grid = LocalGrid(2, {"method": "scafcom", "task": "digits-mlp", "results-dir": str(tmp_path),
                          "run-name": "r", "seed": 5, "local-steps": 2})
@@ -420,7 +420,8 @@ def test_catalogue_tasks_satisfy_the_protocols_their_clients_need() -> None:
 
 def test_a_method_on_the_wrong_kind_of_task_says_what_it_needs() -> None:
     from bouquet.apps.registry import get_task
-    from bouquet.clients.base import ClientEnv, task_inputs
+    from bouquet.clients.base import ClientEnv
+    from bouquet.clients.task_inputs import task_inputs
     from bouquet.schema import CommonConfig
 
     env = ClientEnv(CommonConfig(), {}, get_task("synth-bandit").load(), 0, 1)

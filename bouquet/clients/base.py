@@ -15,17 +15,14 @@ globals or process caches.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from bouquet.clients.local_training import LocalSchedule
 from bouquet.node_state import NodeState
 from bouquet.schema import CommonConfig
 from bouquet.strategies.model import to_numpy
 from bouquet.tasks.protocols import BanditTask, EvaluatedTask, SupervisedTask, Task, require_kind
-from bouquet.tasks.torch_utils import BatchLoss, generator
 
 
 @dataclasses.dataclass
@@ -76,34 +73,7 @@ class ClientEnv:
         return _local_data(self.task, self.partition_id, self.num_partitions, self.common)
 
 
-class TaskBatches:
-    """The catalogue task's shuffled mini-batches of one node and round, as an iterable.
-
-    Iterating gives the task's endless stream, seeded by ``(seed, round, partition)``, so a
-    public client function fed with it takes the same steps as the task's own loop.
-    """
-
-    def __init__(self, env: ClientEnv, rnd: int) -> None:
-        self.env, self.rnd = env, rnd
-        self.local = env.local_data()
-
-    def __iter__(self) -> Iterator[Any]:
-        env = self.env
-        return env.supervised().batches(self.local, env.common.batch_size,
-                                        generator(env.common.seed, self.rnd, env.partition_id))
-
-
-def task_inputs(env: ClientEnv, rnd: int) -> tuple[TaskBatches, BatchLoss, LocalSchedule]:
-    """Batches, loss closure and schedule of the catalogue task for the public functions."""
-    task = env.supervised()
-    batches = TaskBatches(env, rnd)
-    steps = task.num_steps(env.common, batches.local.num_train)
-    return (batches, lambda model, batch: task.loss(model, *batch),
-            LocalSchedule(lr=env.common.lr, local_steps=int(steps)))
-
-
-__all__ = ["ClientEnv", "ClientProcedure", "NodeState", "TaskBatches", "message_config",
-           "task_inputs"]
+__all__ = ["ClientEnv", "ClientProcedure", "NodeState", "message_config"]
 
 _DATA_CACHE: dict[tuple[Any, ...], Any] = {}
 

@@ -19,8 +19,9 @@ import numpy as np
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
-from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config, task_inputs
+from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
 from bouquet.clients.local_training import LocalSchedule, examples_in, node_index, reply
+from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import ErrorFeedback, to_array_record
 from bouquet.strategies.fedcg import (
     PAYLOAD_RECORD,

@@ -32,8 +32,15 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
-from bouquet.clients.base import ClientEnv, ClientProcedure, TaskBatches, message_config
-from bouquet.clients.local_training import examples_in, node_index, reply, section_from
+from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
+from bouquet.clients.local_training import (
+    batch_stream,
+    examples_in,
+    node_index,
+    reply,
+    section_from,
+)
+from bouquet.clients.task_inputs import TaskBatches
 from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
 from bouquet.strategies.fedkseed import (
     PAIRS_RECORD,
@@ -42,7 +49,6 @@ from bouquet.strategies.fedkseed import (
     pairs_record,
     read_down,
 )
-from bouquet.tasks.torch_utils import batch_stream
 
 log = logging.getLogger("bouquet")
 

@@ -3,9 +3,9 @@
 The local schedule, keyword options checked against a method's config section, the node's
 stream index and the reply wrapper.
 
-The public functions (``bouquet.clients.scafcom.train`` and the others, see
-:mod:`bouquet.clients`) take the user's own model, batches and loss; bouquet's ClientApp calls the
-same functions with the catalogue task's model and data.
+Torch-free (bandit nodes import it). The public functions (``bouquet.clients.scafcom.train``
+and the others, see :mod:`bouquet.clients`) take the user's own model, batches and loss;
+bouquet's ClientApp calls the same functions with the catalogue task's model and data.
 """
 
 from __future__ import annotations
@@ -17,9 +17,53 @@ from typing import Any, TypeVar
 from flwr.app import Context, Message, RecordDict
 
 from bouquet.schema import section_keys
-from bouquet.tasks.torch_utils import batch_stream, count_batches, count_examples
 
 S = TypeVar("S")
+
+
+def batch_stream(batches: Iterable[Any]) -> Iterator[Any]:
+    """Endless stream over ``batches``, iterating it afresh at the end of every epoch.
+
+    Raises
+    ------
+    ValueError
+        If an epoch yields no batch at all.
+
+    """
+    while True:
+        empty = True
+        for batch in batches:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("the batches yield nothing: no local data to train on")
+
+
+def count_batches(batches: Iterable[Any]) -> int:
+    """Batches per epoch: ``len(batches)`` when defined, else one counting pass."""
+    try:
+        return len(batches)  # type: ignore[arg-type]
+    except TypeError:
+        return sum(1 for _ in batches)
+
+
+def count_examples(batches: Iterable[Any]) -> int:
+    """Examples per epoch: ``len(batches.dataset)`` (a DataLoader), else the summed batch sizes.
+
+    A batch's size is the length of its first element when it is a tuple or list (``(x, y)``),
+    of the batch itself otherwise.
+    """
+    dataset = getattr(batches, "dataset", None)
+    if dataset is not None:
+        try:
+            return len(dataset)
+        except TypeError:
+            pass
+    total = 0
+    for batch in batches:
+        first = batch[0] if isinstance(batch, tuple | list) else batch
+        total += len(first)
+    return total
 
 
 @dataclasses.dataclass(frozen=True)

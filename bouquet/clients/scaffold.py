@@ -19,7 +19,7 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
-from bouquet.clients.base import ClientEnv, ClientProcedure, message_config, task_inputs
+from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.local_training import (
     LocalSchedule,
     examples_in,
@@ -28,6 +28,7 @@ from bouquet.clients.local_training import (
     section_from,
 )
 from bouquet.clients.staged_state import StagedState
+from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import Compressor, make_compressor, to_array_record
 from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import to_numpy

@@ -9,7 +9,7 @@ batches work as well as the catalogue's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,51 +39,6 @@ def generator(*seed_parts: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> 1))
 
 
-def batch_stream(batches: Iterable[Any]) -> Iterator[Any]:
-    """Endless stream over ``batches``, iterating it afresh at the end of every epoch.
-
-    Raises
-    ------
-    ValueError
-        If an epoch yields no batch at all.
-
-    """
-    while True:
-        empty = True
-        for batch in batches:
-            empty = False
-            yield batch
-        if empty:
-            raise ValueError("the batches yield nothing: no local data to train on")
-
-
-def count_batches(batches: Iterable[Any]) -> int:
-    """Batches per epoch: ``len(batches)`` when defined, else one counting pass."""
-    try:
-        return len(batches)  # type: ignore[arg-type]
-    except TypeError:
-        return sum(1 for _ in batches)
-
-
-def count_examples(batches: Iterable[Any]) -> int:
-    """Examples per epoch: ``len(batches.dataset)`` (a DataLoader), else the summed batch sizes.
-
-    A batch's size is the length of its first element when it is a tuple or list (``(x, y)``),
-    of the batch itself otherwise.
-    """
-    dataset = getattr(batches, "dataset", None)
-    if dataset is not None:
-        try:
-            return len(dataset)
-        except TypeError:
-            pass
-    total = 0
-    for batch in batches:
-        first = batch[0] if isinstance(batch, tuple | list) else batch
-        total += len(first)
-    return total
-
-
 def sgd_steps(
     model: nn.Module,
     stream: Iterator[Any],
@@ -100,7 +55,7 @@ def sgd_steps(
     model : nn.Module
         Trained in place (every parameter that requires a gradient).
     stream : Iterator
-        Source of batches (see :func:`batch_stream`).
+        Source of batches (see :func:`bouquet.clients.local_training.batch_stream`).
     loss_fn : BatchLoss
         ``loss_fn(model, batch)`` -> mean loss of the batch.
     steps : int
