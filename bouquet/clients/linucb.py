@@ -106,15 +106,20 @@ class BlockSource:
 
 
 def linucb_steps(
-    source: RewardSource,
-    rnd: int,
+    source: RewardSource | Block,
     gram: np.ndarray,
     vec: np.ndarray,
     proto: Protocol,
     lin: LinUCBConfig,
     first_step: int,
+    *,
+    rnd: int = 1,
+    steps: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Run LinUCB over the ``B`` users of sync ``rnd`` from the shared statistics ``(gram, vec)``.
+    """Run LinUCB over the users of sync ``rnd`` from the shared statistics ``(gram, vec)``.
+
+    ``source`` is the silo's :class:`RewardSource` (or a catalogue :class:`Block`); ``steps``
+    users are served: by default ``B`` (a block's own length for a block).
 
     Returns
     -------
@@ -127,7 +132,11 @@ def linucb_steps(
         Pseudo-regret of the block (0 unless the source is :class:`KnownMeans`).
 
     """
-    steps, d = proto.batch, proto.dim
+    if isinstance(source, Block):
+        steps = source.features.shape[0] if steps is None else steps
+        source = BlockSource(source)
+    steps = proto.batch if steps is None else steps
+    d = proto.dim
     inv = np.linalg.inv(proto.lam * np.eye(d) + gram)
     b = np.array(vec, dtype=np.float64, copy=True)
     xs = np.zeros((steps, d))
@@ -226,8 +235,8 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
     gram, vec = shared["gram"], shared["vec"]
     if gram.shape != (proto.dim, proto.dim) or vec.shape != (proto.dim,):
         raise ValueError(f"global statistics of shape {gram.shape}, expected d={proto.dim}")
-    xs, ys, regret = linucb_steps(source, rnd, gram, vec, proto, lin,
-                                  (rnd - 1) * proto.batch + 1)
+    xs, ys, regret = linucb_steps(source, gram, vec, proto, lin, (rnd - 1) * proto.batch + 1,
+                                  rnd=rnd)
     rng = noise_rng(context, seed, pid, rnd)
     if proto.variant == "sdp-vecsum":
         node = _vecsum_node(state, proto, done, rnd, xs, ys, rng)
