@@ -7,7 +7,7 @@ For example::
 
     from bouquet.clients import fed_ef
     fed_ef.train(msg, context, MyNet(), loader, loss_fn, lr=0.05, local_steps=10,
-                     compressor="topk", compressor_ratio=0.05)
+                 compressor="topk", compressor_ratio=0.05)
 """
 
 from __future__ import annotations

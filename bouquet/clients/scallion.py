@@ -7,7 +7,7 @@ For example::
 
     from bouquet.clients import scallion
     scallion.train(msg, context, MyNet(), loader, loss_fn, lr=0.05, local_steps=10,
-                       compressor="randk", compressor_ratio=0.1)
+                   compressor="randk", compressor_ratio=0.1)
 """
 
 from __future__ import annotations
