@@ -334,7 +334,7 @@ def rebuild(env: ClientEnv, accumulator: np.ndarray) -> np.ndarray:
     """A cold client: w0, then every seed of ``A`` replayed."""
     client.clear_cache()
     acc = accumulator.astype(np.float32).astype(np.float64)
-    rep, replayed = client.sync(env, env.section("fedkseed"), acc)
+    rep, replayed = client.sync_task(env, env.section("fedkseed"), acc)
     assert replayed == np.count_nonzero(acc)
     return flat(get_arrays(rep.model))
 
@@ -361,7 +361,7 @@ def test_fresh_warm_and_averaged_clients_agree(tmp_path: Path) -> None:
     assert isinstance(averaged, np.ndarray)
     # a warm client: the process's replica after the last client, synced to the global A
     acc = strategy.accumulator.astype(np.float32).astype(np.float64)
-    rep, replayed = client.sync(env, env.section("fedkseed"), acc)
+    rep, replayed = client.sync_task(env, env.section("fedkseed"), acc)
     assert 0 < replayed <= 3 * 12  # only seeds touched in the last round are replayed
     warm = flat(get_arrays(rep.model))
     fresh = rebuild(env, strategy.accumulator)

@@ -87,3 +87,8 @@ def test_strategies_never_import_clients_tasks_or_apps() -> None:
 def test_clients_never_import_apps_and_tasks_never_import_strategies() -> None:
     assert _violations("clients", ("bouquet.apps",)) == []
     assert _violations("tasks", ("bouquet.strategies", "bouquet.clients")) == []
+
+
+def test_privacy_never_imports_clients_or_apps() -> None:
+    """privacy/ sits below clients/ (the accountant uses bouquet.node_state, not clients.base)."""
+    assert _violations("privacy", ("bouquet.clients", "bouquet.apps")) == []

@@ -29,6 +29,7 @@ from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.strategies.base import HELLO_ACTION, INIT_ACTION
 from bouquet.strategies.model import to_record
+from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 
 app = ClientApp()
 
@@ -39,11 +40,11 @@ def _resolve(items: tuple[tuple[str, Any], ...]) -> RunConfig:
 
 
 @lru_cache(maxsize=8)
-def _task(name: str) -> Any:
+def _task(name: str) -> Task:
     task = get_task(name).load()
-    if hasattr(task, "require"):  # packaged data/model files: one line with the pip command
+    if isinstance(task, PackagedTask):  # packaged data/model files: one line with the pip command
         task.require()
-    return task
+    return require_kind(task, Task, "a task")  # type: ignore[no-any-return]
 
 
 @lru_cache(maxsize=32)
@@ -161,13 +162,12 @@ def query(msg: Message, context: Context) -> Message:
     cfg, env = environment(context)
     action = message_config(msg).get("action", "")
     if action == HELLO_ACTION:
-        size = env.task.num_examples(env.partition_id, env.num_partitions, env.common) \
-            if hasattr(env.task, "num_examples") else 0
+        size = env.task.num_examples(env.partition_id, env.num_partitions, env.common)
         info = ConfigRecord({"partition-id": env.partition_id,
                              "num-partitions": env.num_partitions, "num-examples": int(size)})
         return Message(RecordDict({"info": info}), reply_to=msg)
     if action == INIT_ACTION:
-        if not hasattr(env.task, "initial_arrays"):  # a task without a model (bandits)
+        if not isinstance(env.task, ModelTask):  # a task without a model (bandits)
             return Message(RecordDict(), reply_to=msg)
         arrays = env.task.initial_arrays(cfg.common.seed)
         return Message(RecordDict({"arrays": to_record(arrays)}), reply_to=msg)

@@ -15,14 +15,14 @@ globals or process caches.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from bouquet.node_state import NodeState
 from bouquet.schema import CommonConfig
 from bouquet.strategies.model import to_numpy
+from bouquet.tasks.protocols import BanditTask, EvaluatedTask, SupervisedTask, Task, require_kind
 
 
 @dataclasses.dataclass
@@ -35,8 +35,9 @@ class ClientEnv:
         Keys every run has.
     sections : dict[str, Any]
         The method's and task's configuration sections.
-    task : Any
-        The task object (loaded once per process).
+    task : Task
+        The task object (loaded once per process); the typed views :meth:`supervised`,
+        :meth:`evaluated` and :meth:`bandit` check the protocol a procedure needs.
     partition_id, num_partitions : int
         This node's share of the data.
 
@@ -44,7 +45,7 @@ class ClientEnv:
 
     common: CommonConfig
     sections: dict[str, Any]
-    task: Any
+    task: Task
     partition_id: int
     num_partitions: int
 
@@ -52,10 +53,27 @@ class ClientEnv:
         """The configuration section called ``prefix``."""
         return self.sections[prefix]
 
+    def supervised(self) -> SupervisedTask:
+        """The task as a :class:`~bouquet.tasks.protocols.SupervisedTask` (or a TypeError)."""
+        return require_kind(self.task, SupervisedTask,  # type: ignore[no-any-return]
+                            "a task with a model, batches and a loss")
+
+    def evaluated(self) -> EvaluatedTask:
+        """The task as an :class:`~bouquet.tasks.protocols.EvaluatedTask` (or a TypeError)."""
+        return require_kind(self.task, EvaluatedTask,  # type: ignore[no-any-return]
+                            "a task that evaluates a model on local rows")
+
+    def bandit(self) -> BanditTask:
+        """The task as a :class:`~bouquet.tasks.protocols.BanditTask` (or a TypeError)."""
+        return require_kind(self.task, BanditTask,  # type: ignore[no-any-return]
+                            "a bandit task (kind='bandit'), e.g. task='synth-bandit'")
+
     def local_data(self) -> Any:
         """Return this node's partition (cached per process)."""
         return _local_data(self.task, self.partition_id, self.num_partitions, self.common)
 
+
+__all__ = ["ClientEnv", "ClientProcedure", "NodeState", "message_config"]
 
 _DATA_CACHE: dict[tuple[Any, ...], Any] = {}
 
@@ -68,51 +86,6 @@ def _local_data(task: Any, pid: int, n: int, common: CommonConfig) -> Any:
             _DATA_CACHE.clear()
         _DATA_CACHE[key] = task.partition(pid, n, common)
     return _DATA_CACHE[key]
-
-
-class NodeState:
-    """Typed access to ``context.state`` entries named ``"<method>.<name>"``.
-
-    Parameters
-    ----------
-    context : Context
-        The node's context (its ``state`` persists across rounds).
-    namespace : str
-        Usually the method name.
-
-    """
-
-    def __init__(self, context: Context, namespace: str) -> None:
-        self.state = context.state
-        self.namespace = namespace
-
-    def _key(self, name: str) -> str:
-        return f"{self.namespace}.{name}"
-
-    def arrays(self, name: str) -> dict[str, np.ndarray] | None:
-        """The stored arrays called ``name``, or None if never stored."""
-        key = self._key(name)
-        if key not in self.state.array_records:
-            return None
-        rec = self.state.array_records[key]
-        return {k: rec[k].numpy() for k in rec.keys()}
-
-    def set_arrays(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
-        """Store arrays under ``name`` (replacing what was there)."""
-        self.state[self._key(name)] = ArrayRecord(
-            {k: Array(np.ascontiguousarray(a)) for k, a in arrays.items()}
-        )
-
-    def values(self, name: str) -> dict[str, Any]:
-        """Stored scalars called ``name`` (empty dict if never stored)."""
-        key = self._key(name)
-        if key not in self.state.config_records:
-            return {}
-        return dict(self.state.config_records[key])
-
-    def set_values(self, name: str, values: Mapping[str, Any]) -> None:
-        """Store scalars (int, float, str, bool, bytes) under ``name``."""
-        self.state[self._key(name)] = ConfigRecord(dict(values))
 
 
 class ClientProcedure:
@@ -129,9 +102,10 @@ class ClientProcedure:
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Evaluate the received global model on this node's test share."""
-        model = env.task.model_from(to_numpy(msg.content["arrays"]))
+        task = env.evaluated()
+        model = task.model_from(to_numpy(msg.content["arrays"]))  # type: ignore[arg-type]
         local = env.local_data()
-        metrics = env.task.evaluate_model(model, local.x_test, local.y_test)
+        metrics = task.evaluate_model(model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])
         return RecordDict({"metrics": MetricRecord(metrics)})
 

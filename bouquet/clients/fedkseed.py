@@ -21,7 +21,9 @@ order (the in-process engine); with another schedule the weights agree within fp
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -31,6 +33,14 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
+from bouquet.clients.local_training import (
+    batch_stream,
+    examples_in,
+    node_index,
+    reply,
+    section_from,
+)
+from bouquet.clients.task_inputs import TaskBatches
 from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
 from bouquet.strategies.fedkseed import (
     PAIRS_RECORD,
@@ -39,7 +49,6 @@ from bouquet.strategies.fedkseed import (
     pairs_record,
     read_down,
 )
-from bouquet.tasks.classification import generator, set_arrays
 
 log = logging.getLogger("bouquet")
 
@@ -86,36 +95,49 @@ def _seeds(master_seed: int, num_seeds: int) -> np.ndarray:
     return candidate_seeds(master_seed, num_seeds)
 
 
+#: What builds ``w0``: the model itself, or a zero-argument function called only when needed.
+ModelSource = nn.Module | Callable[[], nn.Module]
+#: ``loss_fn(model, batch)`` -> loss of the batch, forward only (no gradients are taken).
+ForwardLoss = Callable[[nn.Module, Any], "float | torch.Tensor"]
+
+
 def replica_key(env: ClientEnv, cfg: FedKSeedConfig) -> tuple[Any, ...]:
-    """Identity of a replica: changing any of these changes ``w0`` or the seeds' meaning."""
+    """Identity of a catalogue replica: changing any of these changes ``w0`` or the seeds."""
     return (env.task.name, env.common.seed, cfg.master_seed, cfg.num_seeds, cfg.lr)
 
 
-def initial_weights(env: ClientEnv) -> dict[str, np.ndarray]:
-    """``w0``: the task's initial model for the run seed (every node builds the same one)."""
-    return env.task.initial_arrays(env.common.seed)  # type: ignore[no-any-return]
+def weights_fingerprint(model: nn.Module) -> str:
+    """A digest of every tensor of ``model`` (names, shapes and values): the identity of ``w0``."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
-def sync(env: ClientEnv, cfg: FedKSeedConfig, target: np.ndarray) -> tuple[Replica, int]:
+def _build(source: ModelSource) -> nn.Module:
+    return source if isinstance(source, nn.Module) else source()
+
+
+def sync(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig, target: np.ndarray
+         ) -> tuple[Replica, int]:
     """Bring the cached replica to the accumulator ``target``; return it and the replay count.
 
-    Replays only the seeds whose coefficient changed, or rebuilds from ``w0`` when that is not
-    more work (see the module docstring).
+    ``source`` holds (or builds) ``w0``; ``key`` is its identity. Replays only the seeds whose
+    coefficient changed, or rebuilds from ``w0`` when that is not more work (see the module
+    docstring).
     """
-    key = replica_key(env, cfg)
     rep = _CACHE.get("replica")
     if rep is not None and rep.key != key:
         rep = None
         _CACHE.clear()
-    if rep is None:
-        model = env.task.model_from(initial_weights(env))
+    if rep is None or 0 < np.count_nonzero(target - rep.applied) >= np.count_nonzero(target):
+        model = _build(source)
         model.eval()
         rep = Replica(key, model, Directions(canonical_parameters(model)),
                       np.zeros(cfg.num_seeds, dtype=np.float64))
         _CACHE["replica"] = rep
-    elif 0 < np.count_nonzero(target - rep.applied) >= np.count_nonzero(target):
-        set_arrays(rep.model, initial_weights(env))
-        rep.applied = np.zeros(cfg.num_seeds, dtype=np.float64)
     seeds = _seeds(cfg.master_seed, cfg.num_seeds)
     replayed = replay(rep.directions, seeds, target - rep.applied, cfg.lr)
     rep.applied = target.copy()
@@ -130,50 +152,141 @@ def seed_choices(msg: Message, cfg: FedKSeedConfig, rng: np.random.Generator) ->
     return rng.integers(0, cfg.num_seeds, size=cfg.local_steps)
 
 
+def local_round(msg: Message, context: Context, key: tuple[Any, ...], source: ModelSource,
+                batches: Iterable[Any], loss_fn: ForwardLoss, cfg: FedKSeedConfig, *,
+                num_examples: int | None, seed: int) -> RecordDict:
+    """Zeroth-order steps from the rebuilt global model; the (index, g) pairs and metrics."""
+    rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
+    n = examples_in(batches, num_examples)
+    rep, replayed = sync(key, source, cfg, read_down(msg.content, cfg.num_seeds)[0])
+    seeds = _seeds(cfg.master_seed, cfg.num_seeds)
+    pid = node_index(context)
+    rng = np.random.default_rng([seed, rnd, pid, 0x5EED])
+    choices = seed_choices(msg, cfg, rng)
+    stream = batch_stream(batches)
+    model = rep.model
+    model.eval()
+    index: list[int] = []
+    grads: list[float] = []
+    loss_sum = 0.0
+    for k in choices:
+        batch = next(stream)
+
+        def loss(batch: Any = batch) -> float:
+            with torch.inference_mode():
+                return float(loss_fn(model, batch))
+
+        step = zo_step(rep.directions, int(seeds[k]), loss, eps=cfg.eps, lr=cfg.lr)
+        if step.applied:
+            index.append(int(k))
+            grads.append(step.grad)
+            rep.applied[k] += step.grad
+            loss_sum += 0.5 * (step.loss_plus + step.loss_minus)
+    log.debug("fedkseed round %d node %d: %d directions replayed, %d/%d steps applied",
+              rnd, pid, replayed, len(index), len(choices))
+    metrics = MetricRecord({"num-examples": n, "loss": loss_sum / max(len(index), 1)})
+    pairs = pairs_record(np.array(index, dtype=np.int32), np.array(grads, dtype=np.float32))
+    return RecordDict({PAIRS_RECORD: pairs, "metrics": metrics})
+
+
+def _user_key(model: ModelSource, model_key: str | None, cfg: FedKSeedConfig
+              ) -> tuple[Any, ...]:
+    if model_key is None:
+        if not isinstance(model, nn.Module):
+            raise TypeError("pass model_key= with a model factory (the identity of w0)")
+        model_key = weights_fingerprint(model)
+    return ("user", model_key, cfg.master_seed, cfg.num_seeds, cfg.lr)
+
+
+def train(msg: Message, context: Context, model: ModelSource, batches: Iterable[Any],
+          loss_fn: ForwardLoss, *, num_examples: int | None = None, seed: int = 0,
+          model_key: str | None = None, **options: Any) -> Message:
+    """One FedKSeed / FedKSeed-Pro round on the user's model, forward passes only.
+
+    Parameters
+    ----------
+    msg, context : Message, Context
+        What Flower passes to ``@app.train()``; the message carries the accumulator (and Pro's
+        seed probabilities).
+    model : nn.Module or callable
+        The initial model ``w0``, identical on every node (e.g. a seeded build or pretrained
+        weights), or a zero-argument function building it (then ``model_key`` is required).
+        The process keeps the rebuilt global model as a cache and replays only what changed.
+    batches : Iterable
+        Any iterable of batches, iterated afresh each epoch; one batch per step.
+    loss_fn : callable
+        ``loss_fn(model, batch)`` -> loss (float or scalar tensor), forward only.
+    num_examples : int, optional
+        The reply's weight; counted from ``batches`` when omitted.
+    seed : int
+        Seed of the seed choices (with the node's partition id).
+    model_key : str, optional
+        Identity of ``w0`` for the cache (default: a digest of the model's weights).
+    **options
+        The client keys of the ``fedkseed`` section: ``num_seeds`` (4096), ``local_steps``
+        (200), ``eps`` (1e-3), ``lr`` (3e-4), ``master_seed`` (42). They must match the server's.
+
+    Returns
+    -------
+    Message
+        ``pairs`` (seed index, scalar gradient) and ``metrics`` (``num-examples``, ``loss``).
+
+    """
+    cfg = section_from(FedKSeedConfig, options, _SERVER_ONLY)
+    return reply(msg, local_round(msg, context, _user_key(model, model_key, cfg), model, batches,
+                                  loss_fn, cfg, num_examples=num_examples, seed=seed))
+
+
+def global_model(msg: Message, model: ModelSource, *, model_key: str | None = None,
+                 **options: Any) -> nn.Module:
+    """The global model ``w0 - lr sum_k A[k] z(s_k)`` the message describes (for evaluation).
+
+    Arguments as :func:`train`. The returned module is the process's cached replica: evaluate
+    it, do not train it.
+    """
+    cfg = section_from(FedKSeedConfig, options, _SERVER_ONLY)
+    rep, _ = sync(_user_key(model, model_key, cfg), model, cfg,
+                  read_down(msg.content, cfg.num_seeds)[0])
+    return rep.model
+
+
+#: ``fedkseed`` keys only the server reads.
+_SERVER_ONLY = frozenset({"equal_weight", "pro_clip"})
+
+
+def task_source(env: ClientEnv) -> Callable[[], nn.Module]:
+    """Builds the catalogue task's ``w0`` (only when the cached replica cannot serve)."""
+    task = env.supervised()
+    return lambda: task.model_from(initial_weights(env))  # type: ignore[no-any-return]
+
+
+def sync_task(env: ClientEnv, cfg: FedKSeedConfig, target: np.ndarray) -> tuple[Replica, int]:
+    """:func:`sync` for the catalogue task's model."""
+    return sync(replica_key(env, cfg), task_source(env), cfg, target)
+
+
 class FedKSeedClient(ClientProcedure):
     """Local zeroth-order steps from the rebuilt global model; replies with (index, g) pairs."""
 
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
-        """One local round."""
+        """One local round on the catalogue task."""
         cfg: FedKSeedConfig = env.section("fedkseed")
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
-        rep, replayed = sync(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
-        seeds = _seeds(cfg.master_seed, cfg.num_seeds)
-        rng = np.random.default_rng([env.common.seed, rnd, env.partition_id, 0x5EED])
-        choices = seed_choices(msg, cfg, rng)
-        local = env.local_data()
-        stream = env.task.batches(local, env.common.batch_size,
-                                  generator(env.common.seed, rnd, env.partition_id))
-        model = rep.model
-        model.eval()
-        index: list[int] = []
-        grads: list[float] = []
-        loss_sum = 0.0
-        for k in choices:
-            x, y = next(stream)
-
-            def loss(x: torch.Tensor = x, y: torch.Tensor = y) -> float:
-                with torch.inference_mode():
-                    return float(env.task.loss(model, x, y))
-
-            step = zo_step(rep.directions, int(seeds[k]), loss, eps=cfg.eps, lr=cfg.lr)
-            if step.applied:
-                index.append(int(k))
-                grads.append(step.grad)
-                rep.applied[k] += step.grad
-                loss_sum += 0.5 * (step.loss_plus + step.loss_minus)
-        log.debug("fedkseed round %d node %d: %d directions replayed, %d/%d steps applied",
-                  rnd, env.partition_id, replayed, len(index), len(choices))
-        metrics = MetricRecord({"num-examples": int(local.num_train),
-                                "loss": loss_sum / max(len(index), 1)})
-        pairs = pairs_record(np.array(index, dtype=np.int32), np.array(grads, dtype=np.float32))
-        return RecordDict({PAIRS_RECORD: pairs, "metrics": metrics})
+        batches = TaskBatches(env, rnd)
+        return local_round(msg, context, replica_key(env, cfg), task_source(env), batches,
+                           lambda model, batch: env.supervised().loss(model, *batch), cfg,
+                           num_examples=batches.local.num_train, seed=env.common.seed)
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Rebuild the global model from ``A`` and evaluate it on this node's test share."""
         cfg: FedKSeedConfig = env.section("fedkseed")
-        rep, _ = sync(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
+        rep, _ = sync_task(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
         local = env.local_data()
-        metrics = env.task.evaluate_model(rep.model, local.x_test, local.y_test)
+        metrics = env.evaluated().evaluate_model(rep.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])
         return RecordDict({"metrics": MetricRecord(metrics)})
+
+
+def initial_weights(env: ClientEnv) -> dict[str, np.ndarray]:
+    """``w0``: the task's initial model for the run seed (every node builds the same one)."""
+    return env.supervised().initial_arrays(env.common.seed)

@@ -33,15 +33,20 @@ silo regenerates the same noise for the same tree node instead of releasing a se
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import typing
+from typing import Any, runtime_checkable
 
 import numpy as np
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
+from bouquet.clients.local_training import node_index, reply, section_from
 from bouquet.privacy import shuffle, tree
 from bouquet.privacy.dp_config import DP_SEED_KEY
 from bouquet.strategies.linucb import (
+    DPLinUCBConfig,
     LinUCBConfig,
     Protocol,
     announced_values,
@@ -54,15 +59,67 @@ from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.bandits import Block
 
 
+@runtime_checkable
+class RewardSource(typing.Protocol):
+    """A silo's users, as the bandit functions see them (the user's own environment).
+
+    ``contexts(rnd, step)`` gives the ``(K, d)`` arm features of the ``step``-th user served in
+    synchronisation ``rnd``; ``reward(rnd, step, arm)`` the reward observed for the chosen arm.
+    """
+
+    def contexts(self, rnd: int, step: int) -> np.ndarray:
+        """Arm features of one user, shape ``(K, d)``."""
+        ...
+
+    def reward(self, rnd: int, step: int, arm: int) -> float:
+        """The reward observed when ``arm`` is chosen for that user."""
+        ...
+
+
+@runtime_checkable
+class KnownMeans(typing.Protocol):
+    """A source that also knows the pseudo-regret of a choice (simulations); else 0 is reported."""
+
+    def regret(self, rnd: int, step: int, arm: int) -> float:
+        """Best expected reward minus the chosen arm's."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSource:
+    """A catalogue :class:`~bouquet.tasks.bandits.Block` as a :class:`RewardSource`."""
+
+    block: Block
+
+    def contexts(self, rnd: int, step: int) -> np.ndarray:
+        """The step's arm features."""
+        return self.block.features[step]
+
+    def reward(self, rnd: int, step: int, arm: int) -> float:
+        """The step's reward of ``arm``."""
+        return float(self.block.rewards[step, arm])
+
+    def regret(self, rnd: int, step: int, arm: int) -> float:
+        """The step's pseudo-regret of ``arm``."""
+        means = self.block.means[step]
+        return float(means.max() - means[arm])
+
+
 def linucb_steps(
-    block: Block,
+    source: RewardSource | Block,
     gram: np.ndarray,
     vec: np.ndarray,
     proto: Protocol,
     lin: LinUCBConfig,
     first_step: int,
+    *,
+    rnd: int = 1,
+    steps: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Run LinUCB over one block from the shared statistics ``(gram, vec)``.
+    """Run LinUCB over the users of sync ``rnd`` from the shared statistics ``(gram, vec)``.
+
+    ``source`` is the silo's :class:`RewardSource` (or a catalogue :class:`Block`); ``steps``
+    users are served: by default ``B`` (a block's own length for a block).
 
     Returns
     -------
@@ -72,24 +129,34 @@ def linucb_steps(
     y : ndarray, shape (B,)
         Observed rewards (clipped to ``[-Y, Y]`` for private variants).
     regret : float
-        Pseudo-regret of the block.
+        Pseudo-regret of the block (0 unless the source is :class:`KnownMeans`).
 
     """
-    steps, _, d = block.features.shape
+    if isinstance(source, Block):
+        steps = source.features.shape[0] if steps is None else steps
+        source = BlockSource(source)
+    steps = proto.batch if steps is None else steps
+    d = proto.dim
     inv = np.linalg.inv(proto.lam * np.eye(d) + gram)
     b = np.array(vec, dtype=np.float64, copy=True)
     xs = np.zeros((steps, d))
     ys = np.zeros(steps)
     regret = 0.0
+    knows_means = isinstance(source, KnownMeans)
     for s in range(steps):
-        arms = block.features[s]
+        arms = np.asarray(source.contexts(rnd, s), dtype=np.float64)
+        if arms.ndim != 2 or arms.shape[1] != d or not np.isfinite(arms).all():
+            raise ValueError(f"contexts of shape {arms.shape}: expected finite (K, {d})")
         theta = inv @ b
         width = np.sqrt(np.maximum(np.einsum("kd,de,ke->k", arms, inv, arms), 0.0))
         ucb = arms @ theta + confidence_radius(first_step + s, proto, lin) * width
         a = int(np.argmax(ucb))
         x = arms[a]
-        y = float(block.rewards[s, a])
-        regret += float(block.means[s].max() - block.means[s, a])
+        y = float(source.reward(rnd, s, a))
+        if not np.isfinite(y):
+            raise ValueError(f"reward {y!r} is not finite")
+        if knows_means:
+            regret += float(source.regret(rnd, s, a))  # type: ignore[attr-defined]
         if proto.private:
             # bounded contribution, and no influence on the batch's later choices
             y = min(max(y, -proto.reward_bound), proto.reward_bound)
@@ -136,13 +203,118 @@ def noise_rng(context: Context, seed: int, partition_id: int, rnd: int) -> np.ra
     return np.random.default_rng([seed, partition_id, rnd, 0xD9, node_secret(context)])
 
 
+def check_announced(msg: Message, proto: Protocol, partition_id: int) -> None:
+    """Refuse a server whose announced protocol differs from this silo's own config."""
+    cfg = message_config(msg)
+    if proto.private and not 0 <= partition_id < proto.num_silos:
+        raise ValueError(f"partition {partition_id} is outside the {proto.num_silos} "
+                         "silos this silo's config declares")
+    for name, own in announced_values(proto).items():
+        sent = cfg.get(name)
+        if not isinstance(sent, int) or isinstance(sent, bool) or sent != own:
+            raise ValueError(f"server announces {name}={sent!r}, this silo's config says {own}: "
+                             "refusing to calibrate noise on the server's word")
+
+
+def silo_round(msg: Message, context: Context, source: RewardSource, proto: Protocol,
+               lin: LinUCBConfig, *, seed: int, namespace: str) -> RecordDict:
+    """One synchronisation: ``B`` local steps, then the node (see the module docstring)."""
+    cfg = message_config(msg)
+    rnd = int(cfg["server-round"])  # type: ignore[arg-type]
+    pid = node_index(context)
+    check_announced(msg, proto, pid)
+    if rnd > proto.horizon_rounds:
+        raise ValueError(f"round {rnd} is beyond the planned {proto.horizon_rounds} syncs")
+    state = NodeState(context, namespace)
+    progress = state.values("progress")
+    done = int(progress.get("round", 0))
+    if done >= rnd:
+        raise ValueError(f"silo already answered round {done}; round {rnd} comes too late")
+
+    shared = to_numpy(msg.content["global"])  # type: ignore[arg-type]
+    gram, vec = shared["gram"], shared["vec"]
+    if gram.shape != (proto.dim, proto.dim) or vec.shape != (proto.dim,):
+        raise ValueError(f"global statistics of shape {gram.shape}, expected d={proto.dim}")
+    xs, ys, regret = linucb_steps(source, gram, vec, proto, lin, (rnd - 1) * proto.batch + 1,
+                                  rnd=rnd)
+    rng = noise_rng(context, seed, pid, rnd)
+    if proto.variant == "sdp-vecsum":
+        node = _vecsum_node(state, proto, done, rnd, xs, ys, rng)
+    else:
+        node = _tree_node(state, proto, done, rnd, xs, ys, rng)
+    cum = float(progress.get("cum-regret", 0.0)) + regret
+    state.set_values("progress", {"round": rnd, "cum-regret": cum})
+    metrics = MetricRecord({"cum-regret": cum, "num-examples": proto.batch})
+    return RecordDict({"node": to_record(node), "metrics": metrics})
+
+
+#: Privacy variants: ``none`` (FedLinUCB), ``ldp``, ``sdp-amp``, ``sdp-vecsum``.
+VARIANTS = ("none", "ldp", "sdp-amp", "sdp-vecsum")
+#: ``linucb`` keys only the server reads.
+_SERVER_ONLY = frozenset({"max_step_regret"})
+
+
+def train(msg: Message, context: Context, source: RewardSource, *, context_dim: int,
+          variant: str = "none", seed: int = 0, **options: Any) -> Message:
+    """One synchronisation of a (private) federated LinUCB silo on the user's own users.
+
+    Parameters
+    ----------
+    msg, context : Message, Context
+        What Flower passes to ``@app.train()``; the silo's tree, open windows and cumulative
+        regret live in ``context.state``. Node config ``num-silos`` and ``dp-seed`` are read
+        as in bouquet's ClientApp (see the module docstring).
+    source : RewardSource
+        The silo's users: ``contexts(rnd, step)`` and ``reward(rnd, step, arm)`` (and
+        ``regret(rnd, step, arm)`` when known, for the ``cum-regret`` metric).
+    context_dim : int
+        ``d``, the arms' feature dimension.
+    variant : str
+        ``"none"`` (FedLinUCB), ``"ldp"``, ``"sdp-amp"`` or ``"sdp-vecsum"``; must be the
+        server's.
+    seed : int
+        The run seed (mixed with the node's secret for the noise).
+    **options
+        Keys of the ``linucb`` section (``batch_steps``, ``horizon_rounds`` (required),
+        ``num_silos`` (required for the private variants), ``crs``, ``alpha``,
+        ``reward_noise``, ``regularizer``, ``feature_bound``) and, for the private variants,
+        of ``dp-linucb`` (``epsilon``, ``delta``, ``reward_bound``, ``vecsum_scale``,
+        ``min_silos``). They must match the server's: the silo refuses an announced protocol
+        that differs.
+
+    Returns
+    -------
+    Message
+        ``node`` (the released tree node or vector-sum codes) and ``metrics``.
+
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r}: allowed {', '.join(VARIANTS)}")
+    dp_fields = {f.name for f in dataclasses.fields(DPLinUCBConfig)}
+    dp_options = {k: v for k, v in options.items() if k.replace("-", "_") in dp_fields}
+    if dp_options and variant == "none":
+        raise TypeError(f"options {sorted(dp_options)} need a private variant")
+    lin = section_from(LinUCBConfig, {k: v for k, v in options.items() if k not in dp_options},
+                       _SERVER_ONLY)
+    if lin.horizon_rounds < 1:
+        raise ValueError("pass horizon_rounds= (the synchronisations the run plans for)")
+    num_silos = own_num_silos(context, lin)
+    if not num_silos and variant == "none":
+        num_silos = int(message_config(msg).get("num-silos", 1))  # type: ignore[arg-type]
+    dp = section_from(DPLinUCBConfig, dp_options) if variant != "none" else None
+    proto = make_protocol(variant, lin, dp, int(context_dim), num_silos, lin.horizon_rounds)
+    namespace = str(message_config(msg).get("method", "linucb"))
+    return reply(msg, silo_round(msg, context, source, proto, lin, seed=seed,
+                                 namespace=namespace))
+
+
 class FedLinUCBClient(ClientProcedure):
     """Silo procedure; ``variant`` picks the privacy protocol (see the strategy module)."""
 
     variant = "none"
 
     def protocol(self, msg: Message, context: Context, env: ClientEnv) -> Protocol:
-        """Derive the protocol from this silo's own config; refuse a server that disagrees."""
+        """Derive the protocol from this silo's own config (checked against the server's)."""
         cfg = message_config(msg)
         lin: LinUCBConfig = env.section("linucb")
         horizon = horizon_of(lin, env.common.num_server_rounds)
@@ -150,91 +322,60 @@ class FedLinUCBClient(ClientProcedure):
         if not num_silos and self.variant == "none":
             num_silos = int(cfg.get("num-silos", 1))  # type: ignore[arg-type]
         dim = int(env_section(env.sections).context_dim)
-        proto = make_protocol(self.variant, lin, env.sections.get("dp-linucb"), dim, num_silos,
-                              horizon)
-        if proto.private and not 0 <= env.partition_id < proto.num_silos:
-            raise ValueError(f"partition {env.partition_id} is outside the {proto.num_silos} "
-                             "silos this silo's config declares")
-        for name, own in announced_values(proto).items():
-            sent = cfg.get(name)
-            if not isinstance(sent, int) or isinstance(sent, bool) or sent != own:
-                raise ValueError(f"server announces {name}={sent!r}, this silo's config says {own}: "
-                                 "refusing to calibrate noise on the server's word")
-        return proto
+        return make_protocol(self.variant, lin, env.sections.get("dp-linucb"), dim, num_silos,
+                             horizon)
 
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
-        """One synchronisation: ``B`` local steps, then the node (see the module docstring)."""
+        """One synchronisation on the catalogue task's stream."""
         cfg = message_config(msg)
         rnd = int(cfg["server-round"])  # type: ignore[arg-type]
         proto = self.protocol(msg, context, env)
-        lin: LinUCBConfig = env.section("linucb")
-        if rnd > proto.horizon_rounds:
-            raise ValueError(f"round {rnd} is beyond the planned {proto.horizon_rounds} syncs")
-        state = NodeState(context, str(cfg["method"]))
-        progress = state.values("progress")
-        done = int(progress.get("round", 0))
-        if done >= rnd:
-            raise ValueError(f"silo already answered round {done}; round {rnd} comes too late")
+        check_announced(msg, proto, env.partition_id)
+        block = env.local_data().block(rnd, proto.batch, env.section(env.bandit().section_prefix))
+        return silo_round(msg, context, BlockSource(block), proto, env.section("linucb"),
+                          seed=env.common.seed, namespace=str(cfg["method"]))
 
-        shared = to_numpy(msg.content["global"])  # type: ignore[arg-type]
-        gram, vec = shared["gram"], shared["vec"]
-        if gram.shape != (proto.dim, proto.dim) or vec.shape != (proto.dim,):
-            raise ValueError(f"global statistics of shape {gram.shape}, expected d={proto.dim}")
-        block = env.local_data().block(rnd, proto.batch,
-                                       env.section(env.task.section_prefix))
-        xs, ys, regret = linucb_steps(block, gram, vec, proto, lin, (rnd - 1) * proto.batch + 1)
-        rng = noise_rng(context, env.common.seed, env.partition_id, rnd)
-        if proto.variant == "sdp-vecsum":
-            node = self._vecsum_node(state, proto, done, rnd, xs, ys, rng)
-        else:
-            node = self._tree_node(state, proto, done, rnd, xs, ys, rng)
-        cum = float(progress.get("cum-regret", 0.0)) + regret
-        state.set_values("progress", {"round": rnd, "cum-regret": cum})
-        metrics = MetricRecord({"cum-regret": cum, "num-examples": proto.batch})
-        return RecordDict({"node": to_record(node), "metrics": metrics})
 
-    # ------------------------------------------------------------------ tree variants
-    @staticmethod
-    def _tree_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.ndarray,
-                   ys: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        stored = state.arrays("tree")
-        silo = (tree.SiloTree.from_state(stored) if stored is not None
-                else tree.SiloTree.empty(proto.levels, tree.stats_size(proto.dim)))
-        empty = np.zeros(tree.stats_size(proto.dim))
-        for k in range(done + 1, rnd):  # syncs this silo missed: empty batches
-            silo.release(k, empty)
-        exact = silo.release(rnd, tree.pack(xs.T @ xs, xs.T @ ys))
-        state.set_arrays("tree", silo.state())
-        noisy = exact + tree.gaussian_node_noise(rng, proto.dim, proto.sigma)
-        gram, vec = tree.unpack(noisy, proto.dim)
-        return {"gram": np.ascontiguousarray(gram), "vec": np.ascontiguousarray(vec)}
+# ---------------------------------------------------------------------- tree variants
+def _tree_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.ndarray,
+               ys: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    stored = state.arrays("tree")
+    silo = (tree.SiloTree.from_state(stored) if stored is not None
+            else tree.SiloTree.empty(proto.levels, tree.stats_size(proto.dim)))
+    empty = np.zeros(tree.stats_size(proto.dim))
+    for k in range(done + 1, rnd):  # syncs this silo missed: empty batches
+        silo.release(k, empty)
+    exact = silo.release(rnd, tree.pack(xs.T @ xs, xs.T @ ys))
+    state.set_arrays("tree", silo.state())
+    noisy = exact + tree.gaussian_node_noise(rng, proto.dim, proto.sigma)
+    gram, vec = tree.unpack(noisy, proto.dim)
+    return {"gram": np.ascontiguousarray(gram), "vec": np.ascontiguousarray(vec)}
 
-    # ------------------------------------------------------------------ vector sum
-    @staticmethod
-    def _vecsum_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.ndarray,
-                     ys: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        slots = 1 << (proto.levels - 1)
-        cols = shuffle.num_coordinates(proto.dim)
-        stored = state.arrays("rows")
-        if stored is None:
-            rows = np.zeros((slots, proto.batch, cols))
-            ids = np.zeros(slots, dtype=np.int64)
-        else:
-            rows, ids = stored["rows"], stored["ids"]
-        slot = (rnd - 1) % slots
-        rows[slot] = shuffle.user_rows(xs, ys)
-        ids[slot] = rnd
-        state.set_arrays("rows", {"rows": rows, "ids": ids})
-        start, end = tree.node_window(rnd)
-        window = []
-        for k in range(start + 1, end + 1):
-            s = (k - 1) % slots
-            window.append(rows[s] if ids[s] == k else np.zeros((proto.batch, cols)))
-        params = proto.vecsum_params(rnd)
-        if params.max_code() >= np.iinfo(np.int32).max:
-            raise ValueError("vector-sum codes overflow int32; raise epsilon or lower delta")
-        codes = params.encode(np.concatenate(window), rng).astype(np.int32)
-        return {"codes": codes}
+# ---------------------------------------------------------------------- vector sum
+def _vecsum_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.ndarray,
+                 ys: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    slots = 1 << (proto.levels - 1)
+    cols = shuffle.num_coordinates(proto.dim)
+    stored = state.arrays("rows")
+    if stored is None:
+        rows = np.zeros((slots, proto.batch, cols))
+        ids = np.zeros(slots, dtype=np.int64)
+    else:
+        rows, ids = stored["rows"], stored["ids"]
+    slot = (rnd - 1) % slots
+    rows[slot] = shuffle.user_rows(xs, ys)
+    ids[slot] = rnd
+    state.set_arrays("rows", {"rows": rows, "ids": ids})
+    start, end = tree.node_window(rnd)
+    window = []
+    for k in range(start + 1, end + 1):
+        s = (k - 1) % slots
+        window.append(rows[s] if ids[s] == k else np.zeros((proto.batch, cols)))
+    params = proto.vecsum_params(rnd)
+    if params.max_code() >= np.iinfo(np.int32).max:
+        raise ValueError("vector-sum codes overflow int32; raise epsilon or lower delta")
+    codes = params.encode(np.concatenate(window), rng).astype(np.int32)
+    return {"codes": codes}
 
 
 class LDPFedLinUCBClient(FedLinUCBClient):

@@ -19,6 +19,7 @@ node's secret randomness (:func:`bouquet.privacy.dp.secret_generator`), never th
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,11 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
+from bouquet.privacy.dp import ExampleLossFn, LossFn
 from bouquet.privacy.dp_config import DP_MAX_EPSILON_KEY, DP_SEED_KEY, DPConfig
 from bouquet.strategies import lora as L
 from bouquet.strategies.model import to_numpy, to_record
-from bouquet.tasks.classification import generator
+from bouquet.tasks.torch_utils import generator
 
 
 @dataclasses.dataclass
@@ -74,14 +76,14 @@ def _layer_tensors(layer: nn.Module) -> tuple[nn.Linear, nn.Linear]:
     return layer.lora_A["default"], layer.lora_B["default"]  # type: ignore[index,return-value]
 
 
-def build_adapted(task: Any, variant: str, cfg: L.LoraConfig, arrays: dict[str, np.ndarray],
+def build_adapted(task: Any | None, variant: str, cfg: L.LoraConfig, arrays: dict[str, np.ndarray],
                   fixed: dict[str, np.ndarray], model: nn.Module | None = None) -> AdaptedModel:
     """Copy the task's model, inject LoRA, load ``arrays`` (travelling) and ``fixed`` (frozen).
 
     Parameters
     ----------
-    task : object
-        The task (``build_model()``).
+    task : object or None
+        The task (``build_model()``), used when ``model`` is not given.
     variant : str
         ``"fedit"``, ``"ffa"`` or ``"fedsb"``.
     cfg : LoraConfig
@@ -97,7 +99,10 @@ def build_adapted(task: Any, variant: str, cfg: L.LoraConfig, arrays: dict[str, 
     from peft import LoraConfig as PeftLoraConfig
     from peft import inject_adapter_in_model
 
-    model = task.build_model() if model is None else model
+    if model is None:
+        if task is None:
+            raise ValueError("build_adapted needs a model or a task")
+        model = task.build_model()
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     adapted = L.adapted_modules(shapes, L.split_names(cfg.target_modules))
     head = {k: shapes[k] for k in L.head_names(shapes, L.split_names(cfg.head_modules))}
@@ -143,17 +148,104 @@ def ffa_fixed(adapted: list[L.Adapted], rank: int, seed: int) -> dict[str, np.nd
             for i, a in enumerate(adapted)}
 
 
+#: What builds the model to adapt: the model itself (used once) or a zero-argument factory.
+ModelSource = nn.Module | Callable[[], nn.Module]
+
+
+@dataclasses.dataclass
+class LoraJob:
+    """Everything one LoRA-family round needs besides the message and the context.
+
+    Attributes
+    ----------
+    model : ModelSource
+        The pretrained model to adapt (a fresh one per call: adapters are injected in place).
+    x, y : torch.Tensor
+        The node's training rows (inputs and labels).
+    loss_fn : LossFn
+        ``loss_fn(model, x, y)`` -> mean loss of a batch.
+    example_loss_fn : ExampleLossFn or None
+        ``fn(model, x, y)`` -> one loss per example; required with DP-SGD.
+    lora : LoraConfig
+        Rank, alpha, targets, head, optimiser (the server's ``lora`` section).
+    fed_sb : FedSBConfig
+        Fed-SB's initialisation keys.
+    dp : DPConfig or None
+        DP-SGD settings; None or ``enabled=False`` trains plainly.
+    seed, partition_id : int
+        Run seed (FFA's frozen A, the plain path's shuffling) and the node's index.
+    batch_size, steps : int
+        Local batches and steps per round.
+    lr : float
+        Local learning rate.
+    num_server_rounds : int
+        Rounds the privacy calibration plans for (target-epsilon mode).
+
+    """
+
+    model: ModelSource
+    x: torch.Tensor
+    y: torch.Tensor
+    loss_fn: LossFn
+    example_loss_fn: ExampleLossFn | None
+    lora: L.LoraConfig
+    fed_sb: L.FedSBConfig
+    dp: DPConfig | None
+    seed: int
+    partition_id: int
+    batch_size: int
+    steps: int
+    lr: float
+    num_server_rounds: int
+
+    @property
+    def num_train(self) -> int:
+        """Number of local training rows."""
+        return int(len(self.y))
+
+    @property
+    def private(self) -> bool:
+        """Whether DP-SGD is on."""
+        return self.dp is not None and self.dp.enabled
+
+    def build(self) -> nn.Module:
+        """The model to adapt."""
+        return self.model if isinstance(self.model, nn.Module) else self.model()
+
+    def example_losses(self) -> ExampleLossFn:
+        """The per-example loss DP-SGD needs (a clear error when there is none)."""
+        if self.example_loss_fn is None:
+            raise ValueError("DP-SGD needs example_loss_fn(model, x, y) -> one loss per example")
+        return self.example_loss_fn
+
+
+def task_job(env: ClientEnv) -> LoraJob:
+    """The :class:`LoraJob` of the catalogue task."""
+    from bouquet.privacy.dp import example_losses_of
+
+    task = env.supervised()
+    local = env.local_data()
+    dp: DPConfig | None = env.sections.get("dp")
+    return LoraJob(
+        model=task.build_model, x=local.x_train, y=local.y_train, loss_fn=task.loss,
+        example_loss_fn=example_losses_of(task) if dp is not None and dp.enabled else None,
+        lora=env.section("lora"), fed_sb=env.sections.get("fed-sb") or L.FedSBConfig(), dp=dp,
+        seed=env.common.seed, partition_id=env.partition_id, batch_size=env.common.batch_size,
+        steps=int(task.num_steps(env.common, local.num_train)), lr=env.common.lr,
+        num_server_rounds=env.common.num_server_rounds)
+
+
 class LoraClient(ClientProcedure):
     """Local procedure shared by the three methods; subclasses set :attr:`variant`."""
 
     variant = "fedit"
 
     # ------------------------------------------------------------------ set-up
-    def fixed(self, msg: Message, context: Context, env: ClientEnv, cfg: L.LoraConfig,
+    def fixed(self, msg: Message, context: Context, job: LoraJob,
               adapted: list[L.Adapted]) -> dict[str, np.ndarray]:
         """The frozen arrays: FFA's A from the seed; Fed-SB's frame (message or node state)."""
         if self.variant == "ffa":
-            return ffa_fixed(adapted, cfg.rank, env.common.seed)
+            return ffa_fixed(adapted, job.lora.rank, job.seed)
         if self.variant != "fedsb":
             return {}
         state = NodeState(context, "fed-sb")
@@ -166,38 +258,37 @@ class LoraClient(ClientProcedure):
         held = state.arrays("frame")
         if held is None or int(state.values("frame-meta").get("id", -1)) != want:  # type: ignore[arg-type]
             raise RuntimeError(
-                f"partition {env.partition_id}: Fed-SB frame {want} is not held by this node "
+                f"partition {job.partition_id}: Fed-SB frame {want} is not held by this node "
                 "(its state was lost); the server must send the frame again"
             )
         return held
 
-    def adapted_model(self, msg: Message, context: Context, env: ClientEnv) -> AdaptedModel:
-        """The task's model with this round's adapters loaded."""
-        cfg: L.LoraConfig = env.section("lora")
+    def adapted_model(self, msg: Message, context: Context, job: LoraJob) -> AdaptedModel:
+        """The job's model with this round's adapters loaded."""
         arrays = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
-        model = env.task.build_model()
+        model = job.build()
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        adapted = L.adapted_modules(shapes, L.split_names(cfg.target_modules))
-        fixed = self.fixed(msg, context, env, cfg, adapted)
-        return build_adapted(env.task, self.variant, cfg, arrays, fixed, model=model)
+        adapted = L.adapted_modules(shapes, L.split_names(job.lora.target_modules))
+        fixed = self.fixed(msg, context, job, adapted)
+        return build_adapted(None, self.variant, job.lora, arrays, fixed, model=model)
 
     # ------------------------------------------------------------------ procedures
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
+        """Local training on the catalogue task (see :meth:`run`)."""
+        return self.run(msg, context, task_job(env))
+
+    def run(self, msg: Message, context: Context, job: LoraJob) -> RecordDict:
         """Local training (or Fed-SB's init gradient when ``phase`` asks for it)."""
         config = message_config(msg)
         rnd = int(config["server-round"])  # type: ignore[arg-type]
-        _require_dp(context, env)
+        _require_dp(context, job.dp, job.partition_id)
         if config.get("phase", L.PHASE_TRAIN) == L.PHASE_INIT:
-            return self.init_gradient(msg, context, env, rnd)
-        am = self.adapted_model(msg, context, env)
-        local = env.local_data()
-        common = env.common
-        cfg: L.LoraConfig = env.section("lora")
-        steps = env.task.num_steps(common, local.num_train)
-        dp: DPConfig | None = env.sections.get("dp")
+            return self.init_gradient(msg, context, job, rnd)
+        am = self.adapted_model(msg, context, job)
+        dp = job.dp
         if dp is None or not dp.enabled:
-            stats = _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd)
-            metrics: dict[str, Any] = {"num-examples": local.num_train}
+            stats = _train(am, job, context, rnd=rnd)
+            metrics: dict[str, Any] = {"num-examples": job.num_train}
             if np.isfinite(stats["train_loss"]):
                 metrics["train_loss"] = stats["train_loss"]
             return RecordDict({"arrays": to_record(am.arrays()), "metrics": MetricRecord(metrics)})
@@ -205,33 +296,30 @@ class LoraClient(ClientProcedure):
         # nothing else computed from the training rows (no training loss).
         from bouquet.privacy.accountant import dp_events
 
-        accountant, sigma = self._accountant(context, env, dp, local.num_train)
-        q, count = dp_events(dp.sampling, common.batch_size, local.num_train, steps)
+        accountant, sigma = self._accountant(context, job, dp)
+        q, count = dp_events(dp.sampling, job.batch_size, job.num_train, job.steps)
         accountant.check(sigma, q, count, dp.delta, _budget(dp, context),
-                         who=f"partition {env.partition_id}")
-        _train(am, env, local, context, steps=steps, optimizer=cfg.optimizer, rnd=rnd, dp=dp,
-               sigma=sigma)
+                         who=f"partition {job.partition_id}")
+        _train(am, job, context, rnd=rnd, dp=dp, sigma=sigma)
         accountant.record(sigma, q, count)
         metrics = {"epsilon": accountant.epsilon(dp.delta), "delta": dp.delta,
-                   "noise_multiplier": sigma, "num-examples": local.num_train}
+                   "noise_multiplier": sigma, "num-examples": job.num_train}
         return RecordDict({"arrays": to_record(am.arrays()), "metrics": MetricRecord(metrics)})
 
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Evaluate the global adapters on this node's held-out rows."""
-        am = self.adapted_model(msg, context, env)
+        am = self.adapted_model(msg, context, task_job(env))
         local = env.local_data()
-        metrics = env.task.evaluate_model(am.model, local.x_test, local.y_test)
+        metrics = env.evaluated().evaluate_model(am.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(len(local.y_test))
         return RecordDict({"metrics": MetricRecord(metrics)})
 
-    def init_gradient(self, msg: Message, context: Context, env: ClientEnv, rnd: int
+    def init_gradient(self, msg: Message, context: Context, job: LoraJob, rnd: int
                       ) -> RecordDict:
         """Fed-SB round 0: summed gradients of the adapted full matrices (private if DP is on)."""
-        cfg: L.LoraConfig = env.section("lora")
-        sb: L.FedSBConfig = env.section("fed-sb")
-        model = env.task.build_model()
+        model = job.build()
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        adapted = L.adapted_modules(shapes, L.split_names(cfg.target_modules))
+        adapted = L.adapted_modules(shapes, L.split_names(job.lora.target_modules))
         heads = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
         named = dict(model.named_parameters())
         for p in model.parameters():
@@ -242,51 +330,44 @@ class LoraClient(ClientProcedure):
         params = [named[a.weight] for a in adapted]
         for p in params:
             p.requires_grad_(True)
-        local = env.local_data()
-        dp: DPConfig | None = env.sections.get("dp")
+        dp = job.dp
         metrics: dict[str, Any] = {}
         model.train()
         if dp is not None and dp.enabled:
-            from bouquet.privacy.dp import (
-                example_losses_of,
-                poisson_batches,
-                private_gradient_sum,
-                secret_generator,
-            )
+            from bouquet.privacy.dp import poisson_batches, private_gradient_sum, secret_generator
 
-            accountant, sigma = self._accountant(context, env, dp, local.num_train)
-            q = _rate(env.common.batch_size, local.num_train)
+            accountant, sigma = self._accountant(context, job, dp)
+            q = _rate(job.batch_size, job.num_train)
             accountant.check(sigma, q, 1, dp.delta, _budget(dp, context),
-                             who=f"partition {env.partition_id}")
+                             who=f"partition {job.partition_id}")
             seed = _dp_seed(context)
-            idx = next(poisson_batches(local.num_train, env.common.batch_size,
-                                       secret_generator(seed, env.partition_id, rnd, 0x5B)))
+            idx = next(poisson_batches(job.num_train, job.batch_size,
+                                       secret_generator(seed, job.partition_id, rnd, 0x5B)))
             grads = private_gradient_sum(
-                model, params, example_losses_of(env.task), local.x_train[idx],
-                local.y_train[idx], max_grad_norm=dp.max_grad_norm, noise_multiplier=sigma,
-                noise_generator=secret_generator(seed, env.partition_id, rnd, 0xD9))
+                model, params, job.example_losses(), job.x[idx], job.y[idx],
+                max_grad_norm=dp.max_grad_norm, noise_multiplier=sigma,
+                noise_generator=secret_generator(seed, job.partition_id, rnd, 0xD9))
             accountant.record(sigma, q, 1)
             metrics.update(epsilon=accountant.epsilon(dp.delta), delta=dp.delta)
             # the row count, not the size of the secret Poisson batch (which is not noised)
-            used = local.num_train
+            used = job.num_train
         else:
-            gen = generator(env.common.seed, rnd, env.partition_id, 0x5B)
-            k = min(sb.init_samples, local.num_train)
-            idx = torch.randperm(local.num_train, generator=gen)[:k]
-            bs = env.common.batch_size
-            for i in range(0, k, bs):
+            gen = generator(job.seed, rnd, job.partition_id, 0x5B)
+            count = min(job.fed_sb.init_samples, job.num_train)
+            idx = torch.randperm(job.num_train, generator=gen)[:count]
+            bs = job.batch_size
+            for i in range(0, count, bs):
                 j = idx[i : i + bs]
-                (env.task.loss(model, local.x_train[j], local.y_train[j]) * len(j)).backward()
+                (job.loss_fn(model, job.x[j], job.y[j]) * len(j)).backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            used = k
+            used = count
         out = {a.module: g.detach().numpy().astype(np.float32) for a, g in zip(adapted, grads,
                                                                                strict=True)}
         metrics["num-examples"] = max(used, 1)
         return RecordDict({L.GRADS_RECORD: to_record(out), "metrics": MetricRecord(metrics)})
 
     # ------------------------------------------------------------------ privacy
-    def _accountant(self, context: Context, env: ClientEnv, dp: DPConfig, n: int
-                    ) -> tuple[Any, float]:
+    def _accountant(self, context: Context, job: LoraJob, dp: DPConfig) -> tuple[Any, float]:
         """Return the persistent accountant and the run's noise multiplier.
 
         Target-epsilon mode calibrates sigma for a client in every round: ``rounds x`` this
@@ -295,15 +376,15 @@ class LoraClient(ClientProcedure):
         """
         from bouquet.privacy.accountant import ClientAccountant, check_delta, dp_events, noise_for
 
-        check_delta(dp.delta, n, who=f"partition {env.partition_id}")
-        steps = env.task.num_steps(env.common, n)
-        q, count = dp_events(dp.sampling, env.common.batch_size, n, steps)
-        total = env.common.num_server_rounds * count + self._extra_steps(env)
+        n = job.num_train
+        check_delta(dp.delta, n, who=f"partition {job.partition_id}")
+        q, count = dp_events(dp.sampling, job.batch_size, n, job.steps)
+        total = job.num_server_rounds * count + self._extra_steps(job)
         return ClientAccountant(NodeState(context, "dp")), noise_for(dp, q, total)
 
-    def _extra_steps(self, env: ClientEnv) -> int:
+    def _extra_steps(self, job: LoraJob) -> int:
         """DP steps beyond training: Fed-SB's private init gradient."""
-        if self.variant == "fedsb" and env.section("fed-sb").init == "svd":
+        if self.variant == "fedsb" and job.fed_sb.init == "svd":
             return 1
         return 0
 
@@ -318,15 +399,14 @@ def _node_budget(context: Context) -> float | None:
     return None if raw is None or raw == "" else float(raw)  # type: ignore[arg-type]
 
 
-def _require_dp(context: Context, env: ClientEnv) -> None:
+def _require_dp(context: Context, dp: DPConfig | None, partition_id: int) -> None:
     """A node with its own budget never touches its rows without DP, whatever the run says."""
     node = _node_budget(context)
-    dp: DPConfig | None = env.sections.get("dp")
     if node is not None and (dp is None or not dp.enabled):
         from bouquet.privacy.accountant import PrivacyBudgetExceeded  # opacus: [dp] nodes only
 
         raise PrivacyBudgetExceeded(
-            f"partition {env.partition_id}: refusing to train: this node requires DP-SGD "
+            f"partition {partition_id}: refusing to train: this node requires DP-SGD "
             f"(node config {DP_MAX_EPSILON_KEY}={node:g}) but the run has dp.enabled=false"
         )
 
@@ -345,26 +425,25 @@ def _dp_seed(context: Context) -> int | None:
     return None if raw is None or raw == "" else int(raw)  # type: ignore[arg-type]
 
 
-def _train(am: AdaptedModel, env: ClientEnv, local: Any, context: Context, *, steps: int,
-           optimizer: str, rnd: int, dp: DPConfig | None = None, sigma: float = 0.0
-           ) -> dict[str, float]:
+def _train(am: AdaptedModel, job: LoraJob, context: Context, *, rnd: int,
+           dp: DPConfig | None = None, sigma: float = 0.0) -> dict[str, float]:
     """Local steps; in private mode rows and noise come from the node's secret randomness."""
-    from bouquet.privacy.dp import example_losses_of, local_train, secret_generator
+    from bouquet.privacy.dp import local_train, secret_generator
 
-    seed, pid = env.common.seed, env.partition_id
+    pid = job.partition_id
     if dp is None:
-        return local_train(am.model, list(am.params.values()), env.task.loss, local.x_train,
-                           local.y_train, steps=steps, batch_size=env.common.batch_size,
-                           lr=env.common.lr, optimizer=optimizer,
-                           generator=generator(seed, rnd, pid))
+        return local_train(am.model, list(am.params.values()), job.loss_fn, job.x, job.y,
+                           steps=job.steps, batch_size=job.batch_size, lr=job.lr,
+                           optimizer=job.lora.optimizer,
+                           generator=generator(job.seed, rnd, pid))
     node_seed = _dp_seed(context)
-    return local_train(am.model, list(am.params.values()), env.task.loss, local.x_train,
-                       local.y_train, steps=steps, batch_size=env.common.batch_size,
-                       lr=env.common.lr, optimizer=optimizer,
+    return local_train(am.model, list(am.params.values()), job.loss_fn, job.x, job.y,
+                       steps=job.steps, batch_size=job.batch_size, lr=job.lr,
+                       optimizer=job.lora.optimizer,
                        generator=secret_generator(node_seed, pid, rnd, 0x5A), dp=dp,
                        noise_multiplier=sigma,
                        noise_generator=secret_generator(node_seed, pid, rnd, 0xD9),
-                       example_loss_fn=example_losses_of(env.task))
+                       example_loss_fn=job.example_losses())
 
 
 class FedITClient(LoraClient):
@@ -383,3 +462,39 @@ class FedSBClient(LoraClient):
     """Fed-SB: B and A frozen (the frame), trains and sends R."""
 
     variant = "fedsb"
+
+
+#: ``lora`` keys only the server reads.
+_LORA_SERVER_ONLY = frozenset({"weighting"})
+
+
+def _names(value: str | Sequence[str]) -> str:
+    return value if isinstance(value, str) else ",".join(value)
+
+
+def public_round(client: LoraClient, msg: Message, context: Context, model: ModelSource,
+                 x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *,
+                 target_modules: str | Sequence[str], head_modules: str | Sequence[str],
+                 lr: float, local_steps: int, local_epochs: int, batch_size: int, seed: int,
+                 dp: DPConfig | Mapping[str, Any] | None, example_loss_fn: ExampleLossFn | None,
+                 num_server_rounds: int, fed_sb: L.FedSBConfig | None = None,
+                 **options: Any) -> Message:
+    """Run ``client``'s round on the user's model and rows and wrap the reply."""
+    from bouquet.clients.local_training import LocalSchedule, node_index, reply, section_from
+
+    lora = section_from(L.LoraConfig, {**options, "target_modules": _names(target_modules),
+                                       "head_modules": _names(head_modules)},
+                        _LORA_SERVER_ONLY)
+    if dp is not None and not isinstance(dp, DPConfig):
+        dp = section_from(DPConfig, {"enabled": True, **dp})
+    schedule = LocalSchedule(lr=lr, local_steps=local_steps, local_epochs=local_epochs)
+    if len(x) != len(y) or len(y) < 1:
+        raise ValueError(f"x and y must hold the same positive number of rows, got {len(x)}, "
+                         f"{len(y)}")
+    steps = schedule.local_steps or max(1, local_epochs * int(np.ceil(len(y) / batch_size)))
+    job = LoraJob(model=model, x=x, y=y, loss_fn=loss_fn, example_loss_fn=example_loss_fn,
+                  lora=lora, fed_sb=fed_sb or L.FedSBConfig(), dp=dp, seed=seed,
+                  partition_id=node_index(context), batch_size=batch_size, steps=steps,
+                  lr=lr, num_server_rounds=num_server_rounds)
+    return reply(msg, client.run(msg, context, job))
+

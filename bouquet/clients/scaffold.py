@@ -11,6 +11,7 @@ See :mod:`bouquet.strategies.scaffold` for the algorithms and the papers. Each c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -19,13 +20,26 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
+from bouquet.clients.local_training import (
+    LocalSchedule,
+    examples_in,
+    node_index,
+    reply,
+    section_from,
+)
 from bouquet.clients.staged_state import StagedState
+from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import Compressor, make_compressor, to_array_record
 from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import to_numpy
-from bouquet.strategies.scaffold import CONTROL_KEY, CONTROL_RECORD, control_step
+from bouquet.strategies.scaffold import (
+    CONTROL_KEY,
+    CONTROL_RECORD,
+    ScaffoldConfig,
+    control_step,
+)
 from bouquet.strategies.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
-from bouquet.tasks.classification import generator, get_arrays
+from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
 
 #: Stream tag of the compressor's random generator (distinct from the data shuffling stream).
 _COMPRESSOR_STREAM = 0x5CAF
@@ -69,11 +83,25 @@ class VectorClient(ClientProcedure):
         return 1.0, (c - c_i).astype(np.float32)
 
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
-        """One round: resolve state, train, compress, stage the new state."""
+        """One round on the catalogue task (see :meth:`run`)."""
+        rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
+        batches, loss_fn, schedule = task_inputs(env, rnd)
+        return self.run(msg, context, env.supervised().build_model(), batches, loss_fn,
+                        env.section(self.prefix), schedule,
+                        num_examples=batches.local.num_train, seed=env.common.seed)
+
+    def run(self, msg: Message, context: Context, model: nn.Module, batches: Iterable[Any],
+            loss_fn: BatchLoss, section: Any, schedule: LocalSchedule, *,
+            num_examples: int | None = None, seed: int = 0) -> RecordDict:
+        """One round on any model and batches: resolve state, train, compress, stage.
+
+        ``model`` receives the message's arrays (names and shapes must match); ``section`` is
+        the method's config section; ``seed`` and the node's :func:`node_index` seed the
+        compressor's randomness.
+        """
         cfg = message_config(msg)
         rnd = int(cfg["server-round"])  # type: ignore[arg-type]
         method = str(cfg.get("method", self.prefix))
-        section = env.section(self.prefix)
         x_arrays = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
         layout = Layout.of(x_arrays)
         store = StagedState(context, method)
@@ -88,19 +116,18 @@ class VectorClient(ClientProcedure):
             hook = control_correction(layout, correction, scale)
         else:
             hook = None
-        model = env.task.model_from(x_arrays)
-        local = env.local_data()
-        stats = env.task.train(model, local, env.common,
-                               generator(env.common.seed, rnd, env.partition_id),
-                               correct_grad=hook)
+        n = examples_in(batches, num_examples)
+        set_arrays(model, x_arrays)
+        stats = sgd_steps(model, schedule.stream(batches), loss_fn,
+                          steps=schedule.num_steps(batches), lr=schedule.lr, correct_grad=hook)
         steps = int(stats.pop("steps"))
         run = LocalRound(layout.flatten(x_arrays), layout.flatten(get_arrays(model)), steps,
-                         env.common.lr, stats)
-        rng = np.random.default_rng([env.common.seed, rnd, env.partition_id, _COMPRESSOR_STREAM])
+                         schedule.lr, stats)
+        rng = np.random.default_rng([seed, rnd, node_index(context), _COMPRESSOR_STREAM])
         payloads, new_state = self.uplink(run, state, c, section, self.compressor(section), rng)
         content = RecordDict({name: to_array_record(p) for name, p in payloads.items()})
         content["metrics"] = MetricRecord(
-            {**stats, "num-examples": local.num_train, STEPS_METRIC: steps})
+            {**stats, "num-examples": n, STEPS_METRIC: steps})
         store.stage(rnd, new_state)
         return content
 
@@ -198,3 +225,57 @@ class ScafcomClient(VectorClient):
         new_c = (c_i.astype(np.float32) + np.float32(alpha) * comp.decompress(payload))
         return {"payload": payload}, {"c": new_c.astype(np.float32),
                                       "v": v.astype(np.float32)}
+
+
+def public_round(rule: VectorClient, section: Any, msg: Message, context: Context,
+                 model: nn.Module, batches: Iterable[Any], loss_fn: BatchLoss, *, lr: float,
+                 local_steps: int, local_epochs: int, num_examples: int | None,
+                 seed: int) -> Message:
+    """Run ``rule``'s round on the user's model and batches and wrap the reply."""
+    schedule = LocalSchedule(lr=lr, local_steps=local_steps, local_epochs=local_epochs)
+    content = rule.run(msg, context, model, batches, loss_fn, section, schedule,
+                       num_examples=num_examples, seed=seed)
+    return reply(msg, content)
+
+
+def train(msg: Message, context: Context, model: nn.Module, batches: Iterable[Any],
+          loss_fn: BatchLoss, *, lr: float = 0.05, local_steps: int = 0, local_epochs: int = 1,
+          num_examples: int | None = None, seed: int = 0) -> Message:
+    """SCAFFOLD's node side (option II controls) on the user's own model and data.
+
+    Parameters
+    ----------
+    msg, context : Message, Context
+        What Flower passes to ``@app.train()``; ``c_i`` lives in ``context.state``.
+    model : nn.Module
+        The user's model; it receives the message's ``arrays`` (same names and shapes).
+    batches : Iterable
+        Any iterable of batches, iterated afresh each epoch (a DataLoader, a list...).
+    loss_fn : callable
+        ``loss_fn(model, batch)`` -> mean loss (a scalar tensor).
+    lr, local_steps, local_epochs : float, int, int
+        Local schedule: ``local_steps`` SGD steps (0: ``local_epochs`` passes over ``batches``).
+    num_examples : int, optional
+        The reply's weight; counted from ``batches`` when omitted.
+    seed : int
+        Seed of the node's compressor randomness (with the node's partition id).
+
+    Returns
+    -------
+    Message
+        The reply: ``payload`` (``dy``), ``payload-c`` (``dc``) and ``metrics``.
+
+    """
+    return public_round(ScaffoldClient(), section_from(ScaffoldConfig, {}), msg, context, model,
+                        batches, loss_fn, lr=lr, local_steps=local_steps,
+                        local_epochs=local_epochs, num_examples=num_examples, seed=seed)
+
+
+def train_single_uplink(msg: Message, context: Context, model: nn.Module,
+                        batches: Iterable[Any], loss_fn: BatchLoss, *, lr: float = 0.05,
+                        local_steps: int = 0, local_epochs: int = 1,
+                        num_examples: int | None = None, seed: int = 0) -> Message:
+    """Single-uplink SCAFFOLD (``scaffold-1up``): one dense vector up; arguments as :func:`train`."""
+    return public_round(SingleUplinkClient(), section_from(ScaffoldConfig, {}), msg, context,
+                        model, batches, loss_fn, lr=lr, local_steps=local_steps,
+                        local_epochs=local_epochs, num_examples=num_examples, seed=seed)

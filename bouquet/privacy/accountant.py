@@ -21,7 +21,7 @@ from typing import Any
 from opacus.accountants import RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
-from bouquet.clients.base import NodeState
+from bouquet.node_state import NodeState
 
 STATE_NAMESPACE = "dp"
 STATE_NAME = "accountant"

@@ -20,6 +20,10 @@ from torch import nn
 
 from bouquet.schema import CommonConfig
 from bouquet.tasks.partition import partition_rows
+from bouquet.tasks.torch_utils import generator, get_arrays, set_arrays, sgd_steps
+
+__all__ = ["Arrays", "ClassificationTask", "LocalData", "MiniBatches", "generator", "get_arrays",
+           "set_arrays"]
 
 torch.set_num_threads(max(1, int(os.environ.get("BOUQUET_TORCH_THREADS", "1"))))
 
@@ -148,20 +152,9 @@ class ClassificationTask(MiniBatches):
         Returns the mean training loss and the number of steps taken.
         """
         steps = self.num_steps(common, local.num_train) if steps is None else steps
-        opt = torch.optim.SGD(model.parameters(), lr=common.lr if lr is None else lr)
-        model.train()
-        total = 0.0
-        stream = self.batches(local, common.batch_size, generator)
-        for _ in range(steps):
-            x, y = next(stream)
-            opt.zero_grad(set_to_none=True)
-            loss = self.loss(model, x, y)
-            loss.backward()
-            if correct_grad is not None:
-                correct_grad(model)
-            opt.step()
-            total += float(loss.detach())
-        return {"train_loss": total / max(steps, 1), "steps": float(steps)}
+        return sgd_steps(model, self.batches(local, common.batch_size, generator),
+                         lambda m, batch: self.loss(m, *batch), steps=steps,
+                         lr=common.lr if lr is None else lr, correct_grad=correct_grad)
 
     # --------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -182,20 +175,3 @@ class ClassificationTask(MiniBatches):
         return self.evaluate_model(
             self.model_from(arrays), torch.from_numpy(d.x_test), torch.from_numpy(d.y_test)
         )
-
-
-def get_arrays(model: nn.Module) -> dict[str, np.ndarray]:
-    """Named numpy copies of every tensor in ``model.state_dict()`` (order kept)."""
-    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
-
-
-def set_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
-    """Load named numpy arrays into ``model`` (strict: names and shapes must match)."""
-    model.load_state_dict({k: torch.from_numpy(np.asarray(a).copy()) for k, a in arrays.items()},
-                          strict=True)
-
-
-def generator(*seed_parts: int) -> torch.Generator:
-    """A torch generator seeded from several integers (run seed, round, partition...)."""
-    ss = np.random.SeedSequence(list(seed_parts))
-    return torch.Generator().manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> 1))

@@ -1,0 +1,86 @@
+"""Torch helpers shared by tasks and client procedures.
+
+Model <-> named arrays, seeded generators, and the plain local SGD loop over any iterable of
+batches.
+
+Nothing here knows about tasks, configs or federated learning; a user's own ``nn.Module`` and
+batches work as well as the catalogue's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+#: ``loss_fn(model, batch) -> scalar tensor``: the loss closure of the gradient methods.
+BatchLoss = Callable[[nn.Module, Any], torch.Tensor]
+#: ``correct_grad(model)``: edits the gradients in place before each optimiser step.
+GradientHook = Callable[[nn.Module], None]
+
+
+def get_arrays(model: nn.Module) -> dict[str, np.ndarray]:
+    """Named numpy copies of every tensor in ``model.state_dict()`` (order kept)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def set_arrays(model: nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """Load named numpy arrays into ``model`` (strict: names and shapes must match)."""
+    model.load_state_dict({k: torch.from_numpy(np.asarray(a).copy()) for k, a in arrays.items()},
+                          strict=True)
+
+
+def generator(*seed_parts: int) -> torch.Generator:
+    """A torch generator seeded from several integers (run seed, round, partition...)."""
+    ss = np.random.SeedSequence(list(seed_parts))
+    return torch.Generator().manual_seed(int(ss.generate_state(1, dtype=np.uint64)[0] >> 1))
+
+
+def sgd_steps(
+    model: nn.Module,
+    stream: Iterator[Any],
+    loss_fn: BatchLoss,
+    *,
+    steps: int,
+    lr: float,
+    correct_grad: GradientHook | None = None,
+) -> dict[str, float]:
+    """Run ``steps`` plain SGD steps on batches drawn from ``stream``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Trained in place (every parameter that requires a gradient).
+    stream : Iterator
+        Source of batches (see :func:`bouquet.clients.local_training.batch_stream`).
+    loss_fn : BatchLoss
+        ``loss_fn(model, batch)`` -> mean loss of the batch.
+    steps : int
+        Number of optimiser steps.
+    lr : float
+        Learning rate.
+    correct_grad : GradientHook, optional
+        Called after ``backward`` and before each step (control variates).
+
+    Returns
+    -------
+    dict
+        ``train_loss`` (mean over the steps) and ``steps``.
+
+    """
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()
+    total = 0.0
+    for _ in range(steps):
+        batch = next(stream)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, batch)
+        loss.backward()
+        if correct_grad is not None:
+            correct_grad(model)
+        opt.step()
+        total += float(loss.detach())
+    return {"train_loss": total / max(steps, 1), "steps": float(steps)}

@@ -1,0 +1,1 @@
+"""Federated LinUCB example app."""

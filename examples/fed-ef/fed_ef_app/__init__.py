@@ -1,0 +1,1 @@
+"""Fed-EF example app."""

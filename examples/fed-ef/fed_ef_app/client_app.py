@@ -1,0 +1,20 @@
+"""ClientApp: Fed-EF's node side (the residual lives in context.state)."""
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from bouquet.clients import fed_ef
+from fed_ef_app.task import initial_model, load_partition, loss_fn
+
+app = ClientApp()
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """One Fed-EF round."""
+    cfg = context.run_config
+    batches = load_partition(int(context.node_config["partition-id"]),
+                             int(context.node_config["num-partitions"]))
+    return fed_ef.train(msg, context, initial_model(), batches, loss_fn, lr=float(cfg["lr"]),
+                        local_steps=int(cfg["local-steps"]), compressor="topk",
+                        compressor_ratio=float(cfg["compressor-ratio"]))

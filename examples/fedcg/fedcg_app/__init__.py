@@ -1,0 +1,1 @@
+"""FedCG example app."""

@@ -1,0 +1,19 @@
+"""ServerApp: bouquet's FedCG strategy run by Flower's own strategy.start()."""
+
+from flwr.app import ArrayRecord, Context
+from flwr.serverapp import Grid, ServerApp
+
+from bouquet.strategies import FedCG
+from fedcg_app.task import initial_model
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the rounds."""
+    cfg = context.run_config
+    strategy = FedCG(fraction_train=1.0, min_train_nodes=2, error_feedback=True)
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(initial_model().state_dict()),
+                            num_rounds=int(cfg["num-server-rounds"]), timeout=60)
+    print(result.train_metrics_clientapp)

@@ -1,0 +1,1 @@
+"""FedKSeed example app."""

@@ -1,0 +1,1 @@
+"""FFA-LoRA example app."""

@@ -1,0 +1,1 @@
+"""SCAFCOM example app."""
