@@ -81,3 +81,14 @@ def test_strategies_never_import_clients_tasks_or_apps() -> None:
 def test_clients_never_import_apps_and_tasks_never_import_strategies() -> None:
     assert _violations("clients", ("bouquet.apps",)) == []
     assert _violations("tasks", ("bouquet.strategies", "bouquet.clients")) == []
+
+
+def test_tasks_never_import_apps() -> None:
+    """The task catalogue declares with the bottom-layer records, not apps' registry (issue 13)."""
+    assert _violations("tasks", ("bouquet.apps",)) == []
+
+
+def test_the_declaration_layer_imports_nothing_of_bouquet() -> None:
+    """bouquet.registration sits under tasks/ and strategies/: it may import no bouquet module."""
+    for name in ("registration.py", "schema.py"):
+        assert {m for m in _imports(ROOT / name) if m.split(".")[0] == "bouquet"} == set(), name

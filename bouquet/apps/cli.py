@@ -36,8 +36,10 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 def cmd_list(args: argparse.Namespace) -> int:
     """Print methods and tasks (and keys with --keys)."""
     print("Methods:")
-    for m in sorted(methods().values(), key=lambda m: (m.family, m.name)):
-        print(f"  {m.name:<26} {m.description}  [task: {m.default_task}]")
+    for m in sorted(methods().values(), key=lambda m: (m.family, m.variant_of or m.name,
+                                                        bool(m.variant_of), m.name)):
+        name = f"  {m.name}" if m.variant_of else m.name
+        print(f"  {name:<26} {m.description}  [task: {m.default_task}]")
     print("\nTasks:")
     for t in sorted(tasks().values(), key=lambda t: t.name):
         print(f"  {t.name:<26} {t.description}")
