@@ -28,7 +28,7 @@ sys.meta_path.insert(0, Block())
 
 
 def server_modules() -> list[str]:
-    mods = ["bouquet.apps.server_app", "bouquet.apps.cli"]
+    mods = ["bouquet.apps.server_app", "bouquet.apps.cli", "bouquet.apps.fab"]
     for pkg in SERVER_PACKAGES:
         for info in pkgutil.iter_modules([str(ROOT / pkg)]):
             mods.append(f"bouquet.{pkg}.{info.name}")
