@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -100,8 +101,8 @@ def _installed_apps(fleet_dir: Path) -> list[Path]:
 @pytest.mark.slow
 def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path) -> None:
     """flwr build, extract, then a SuperLink and 2 SuperNodes run FedAvg and SCAFCOM from it."""
-    from bouquet.apps.deploy import LocalFleet
-    from bouquet.apps.simulation import flower_env
+    from bouquet.apps.deploy import CONNECTION, LocalFleet
+    from bouquet.apps.simulation import flower_env, run_config_arg
 
     build = subprocess.run([str(Path(sys.executable).parent / "flwr"), "build", "--app", str(ROOT)],
                            cwd=tmp_path, env=flower_env(tmp_path / "home-build"),
@@ -121,6 +122,21 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path) -> None:
                                              timeout=900, app=app).read_text())
                      for m in ("fedavg", "scafcom")}
         installed = _installed_apps(fleet.dir)
+        # A FAB built for another version is refused, in one line naming both versions.
+        other = tmp_path / "other-fab"
+        shutil.copytree(app, other)
+        text = (other / "pyproject.toml").read_text()
+        (other / "pyproject.toml").write_text(text.replace(
+            f'version = "{bouquet.__version__}"', 'version = "9.9.9"', 1))
+        try:
+            out = fleet.flwr("run", str(other), CONNECTION, "--stream", "--run-config",
+                             run_config_arg({**common, "method": "fedavg", "run-name": "other"}),
+                             timeout=300)
+        except RuntimeError as exc:  # flwr run may also exit non-zero for a failed run
+            out = str(exc)
+        except subprocess.TimeoutExpired:
+            out = "flwr run of the other FAB did not end within 300 s\n"
+        logs = out + "".join(p.read_text(errors="replace") for p in fleet.dir.glob("*.log"))
     for method, summary in summaries.items():
         assert summary["method"] == method and summary["rounds"] == 2
         assert summary["failures"] == {"errors": 0, "rejected": 0, "missing": 0}
@@ -128,6 +144,8 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path) -> None:
         rows = [json.loads(x) for x in
                 (tmp_path / "results" / method / "metrics.jsonl").read_text().splitlines()]
         assert [r["clients"] for r in rows] == [2, 2]
+    assert f"this FAB was built for flwr-bouquet 9.9.9 but {bouquet.__version__} is installed" in logs
+    assert not (tmp_path / "results" / "other" / "metrics.jsonl").exists()
     assert installed, "no component installed the FAB"
     for folder in installed:  # what each SuperNode and the SuperLink unpacked: no bouquet/
         assert not (folder / "bouquet").exists()
