@@ -1,7 +1,7 @@
 """The conformance suite: every registered method must pass every test here.
 
-A method joins by registering (entry point ``bouquet.methods``); its ``test_task`` and
-``test_config`` keep the runs small. See docs/architecture.md.
+A method joins by registering (a built-in declaration, or a third-party package's entry point
+``bouquet.methods``); its ``test_task`` and ``test_config`` keep the runs small. See docs/architecture.md.
 """
 
 from __future__ import annotations

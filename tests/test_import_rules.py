@@ -34,7 +34,7 @@ PLUGIN_CLASSES = ("FedAvg", "FedAvgCompressed", "FedEF", "Scaffold", "SingleUpli
 
 
 def server_modules() -> list[str]:
-    mods = ["bouquet.apps.server_app", "bouquet.apps.cli"]
+    mods = ["bouquet.apps.server_app", "bouquet.apps.cli", "bouquet.apps.fab"]
     for pkg in SERVER_PACKAGES:
         for info in pkgutil.iter_modules([str(ROOT / pkg)]):
             mods.append(f"bouquet.{pkg}.{info.name}")
@@ -92,3 +92,14 @@ def test_clients_never_import_apps_and_tasks_never_import_strategies() -> None:
 def test_privacy_never_imports_clients_or_apps() -> None:
     """privacy/ sits below clients/ (the accountant uses bouquet.node_state, not clients.base)."""
     assert _violations("privacy", ("bouquet.clients", "bouquet.apps")) == []
+
+
+def test_tasks_never_import_apps() -> None:
+    """The task catalogue declares with the bottom-layer records, not apps' registry (issue 13)."""
+    assert _violations("tasks", ("bouquet.apps",)) == []
+
+
+def test_the_declaration_layer_imports_nothing_of_bouquet() -> None:
+    """bouquet.registration sits under tasks/ and strategies/: it may import no bouquet module."""
+    for name in ("registration.py", "schema.py"):
+        assert {m for m in _imports(ROOT / name) if m.split(".")[0] == "bouquet"} == set(), name

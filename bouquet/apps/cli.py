@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.config import ConfigError, all_keys, pin_presets, resolve
+from bouquet.apps.config import ConfigError, all_keys, name_run, pin_presets, resolve
 from bouquet.apps.registry import methods, tasks
 from bouquet.strategies.checkpoint import CheckpointError
 
@@ -36,8 +36,10 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 def cmd_list(args: argparse.Namespace) -> int:
     """Print methods and tasks (and keys with --keys)."""
     print("Methods:")
-    for m in sorted(methods().values(), key=lambda m: (m.family, m.name)):
-        print(f"  {m.name:<26} {m.description}  [task: {m.default_task}]")
+    for m in sorted(methods().values(), key=lambda m: (m.family, m.variant_of or m.name,
+                                                        bool(m.variant_of), m.name)):
+        name = f"  {m.name}" if m.variant_of else m.name
+        print(f"  {name:<26} {m.description}  [task: {m.default_task}]")
     print("\nTasks:")
     for t in sorted(tasks().values(), key=lambda t: t.name):
         print(f"  {t.name:<26} {t.description}")
@@ -76,15 +78,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def _name_run(cfg: dict[str, Any]) -> None:
-    """Give an unnamed new run a name now (node state and the results folder follow it)."""
-    if not cfg.get("run-name") and not cfg.get("resume-from"):
-        import datetime as dt
-
-        cfg["run-name"] = (f"{cfg.get('method', 'fedavg')}-s{cfg.get('seed', 0)}-"
-                           f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
-
-
 def _outcome(summary: Path) -> int:
     """Print the summary path; 1 when the run stopped before its last round, else 0."""
     print(f"summary: {summary}")
@@ -101,8 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run one method in simulation (``flwr run``) or on the in-process grid."""
     from bouquet.apps.runner import precheck, run_dir_for
 
-    cfg = _overrides(args)
-    _name_run(cfg)
+    cfg = name_run(_overrides(args))
     resolved = precheck(cfg, num_nodes=args.clients)  # mistakes known now stop before start-up
     if args.engine == "inprocess":
         from bouquet.apps.local_grid import LocalGrid

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 
 from bouquet.apps.registry import Method, RegistryError, get_method, get_task, methods, tasks
+from bouquet.apps.results import default_run_name
 from bouquet.schema import CommonConfig, KeySpec, Scalar, section_keys
 
 CONF_DIR = Path(__file__).parent / "conf"
@@ -248,6 +249,9 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
     except RegistryError as exc:
         raise ConfigError(f"task: {exc}") from exc
 
+    # The resolved task is part of the run's identity: config.yaml names it, never ''.
+    common = dataclasses.replace(common, task=task_name)
+    flat["task"] = task_name
     sections: dict[str, Any] = {}
     for prefix, cls in {**method.sections, **task.sections}.items():
         sections[prefix] = cls(**{s.field: flat[s.name] for s in section_keys(cls, prefix)})
@@ -267,6 +271,19 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
         method=method,
         flat={k: v for k, v in flat.items() if k in own},
     )
+
+
+def name_run(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` with a ``run-name`` for a new unnamed run (one rule: ``default_run_name``).
+
+    ``bouquet run``, ``deploy-local`` and the simulation helpers name a run before Flower starts
+    it (node state and the results folder follow the name); a resumed run keeps its folder's.
+    """
+    out = dict(overrides)
+    if not out.get("run-name") and not out.get("resume-from"):
+        cfg = resolve(out)
+        out["run-name"] = default_run_name(cfg.method.name, cfg.task_name, cfg.common.seed)
+    return out
 
 
 def pin_presets(overrides: Mapping[str, Any]) -> dict[str, Any]:

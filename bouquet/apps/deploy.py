@@ -37,15 +37,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from bouquet.apps.config import name_run
+from bouquet.apps.fab import write_app
 from bouquet.apps.results import default_results_dir
-from bouquet.apps.simulation import (
-    flower_env,
-    free_port,
-    pids_mentioning,
-    run_config_arg,
-    stop_pids,
-    write_app,
-)
+from bouquet.apps.simulation import flower_env, free_port, pids_mentioning, run_config_arg, stop_pids
 
 CONNECTION = "local-fleet"
 
@@ -330,17 +325,22 @@ class LocalFleet:
                     continue
         return out
 
-    def run(self, overrides: Mapping[str, Any], timeout: float = 1800.0) -> Path:
-        """Run the app on the fleet; return the run's ``summary.json``."""
-        cfg = dict(overrides)
+    def run(self, overrides: Mapping[str, Any], timeout: float = 1800.0,
+            app: Path | None = None) -> Path:
+        """Run the app on the fleet; return the run's ``summary.json``.
+
+        ``app`` is the Flower App folder to run (default: one written by
+        :func:`bouquet.apps.fab.write_app` for the installed flwr-bouquet).
+        """
+        cfg = name_run(overrides)
         results = Path(str(cfg.get("results-dir") or default_results_dir())).expanduser().resolve()
         cfg["results-dir"] = str(results)
-        cfg.setdefault("run-name", f"{cfg.get('method', 'fedavg')}-deploy-"
-                                   f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
-        app = write_app(self.dir / "app")
+        app = app or write_app(self.dir / "app")
         self.flwr("run", str(app), CONNECTION, "--stream", "--run-config", run_config_arg(cfg),
                   timeout=timeout, stream=True)
-        summary = results / str(cfg["run-name"]) / "summary.json"
+        run_dir = (Path(str(cfg["resume-from"])).resolve() if cfg.get("resume-from")
+                   else results / str(cfg["run-name"]))
+        summary = run_dir / "summary.json"
         if not summary.is_file():
             raise RuntimeError(f"the run ended without {summary}; logs in {self.dir}")
         return summary

@@ -1,174 +1,135 @@
-"""Method and task registry, filled from Python entry points.
+"""Method and task lookup: the built-ins, registered in code, plus third-party entry points.
 
-A method is a name, a one-line description, a strategy factory (server side, numpy only), a client
-procedure (node side), its configuration sections and a default task. Built-in methods register
-through the entry-point group ``bouquet.methods`` exactly as a third-party package would::
+Built-in methods are the ``METHODS`` lists of the modules in :mod:`bouquet.apps.methods` (one
+:class:`~bouquet.registration.Method` declaration per method, its variants as options); built-in
+tasks are :data:`bouquet.tasks.catalog.TASKS`. Nothing built in goes through entry points, so a
+FAB or a source checkout finds every built-in method with no package metadata at all.
+
+Third-party packages add methods and tasks through the entry-point groups ``bouquet.methods`` and
+``bouquet.tasks``::
 
     [project.entry-points."bouquet.methods"]
     mymethod = "my_package.bouquet_plugin:METHODS"
 
-where ``METHODS`` is a :class:`Method` or a list of them. Tasks register the same way under
-``bouquet.tasks`` with :class:`TaskSpec` objects.
-
-Strategy factories and client procedures are given as ``"module:attribute"`` strings and imported
-only when used, so a server never imports a client module (and with it torch).
+where ``METHODS`` is a :class:`~bouquet.registration.Method` or a list of them (tasks: a
+:class:`~bouquet.registration.TaskSpec` or a list). A third-party name that a built-in (or another
+package) already uses is an error naming both. Entry points of flwr-bouquet's own distribution
+(left in the metadata of an older install) are ignored: built-ins come from code only.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-from collections.abc import Iterable, Mapping
+import pkgutil
+from collections.abc import Iterable
 from functools import cache
-from importlib.metadata import entry_points
-from typing import Any
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, TypeVar
+
+from bouquet.registration import Method, TaskSpec, Variant, load_object
+
+__all__ = ["METHOD_GROUP", "TASK_GROUP", "Method", "RegistryError", "TaskSpec", "Variant",
+           "builtin_methods", "builtin_tasks", "get_method", "get_task", "load_object", "methods",
+           "tasks"]
 
 METHOD_GROUP = "bouquet.methods"
 TASK_GROUP = "bouquet.tasks"
+#: The distribution whose own entry points are never read (its methods register in code).
+OWN_DISTRIBUTION = "flwr-bouquet"
+BUILTIN_METHOD_PACKAGE = "bouquet.apps.methods"
 
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    """A registered federated method.
-
-    Parameters
-    ----------
-    name : str
-        The value of the ``method`` key.
-    description : str
-        One line for ``bouquet list``.
-    strategy : str
-        ``"module:callable"``; the callable takes a :class:`bouquet.strategies.base.StrategySetup`
-        and returns a :class:`bouquet.strategies.base.BouquetStrategy`.
-    client : str
-        ``"module:attribute"`` naming a :class:`bouquet.clients.base.ClientProcedure` subclass.
-    default_task : str
-        The task used when ``task`` is empty.
-    sections : Mapping[str, type]
-        Configuration sections by prefix (``{"scafcom": ScafcomConfig}``). Sections with the same
-        prefix in several methods must be the same class (``dp`` is shared, for example).
-    test_task : str
-        A small task that the conformance suite uses (defaults to ``default_task``).
-    family : str
-        Group shown by ``bouquet list`` (``"scaffold"``, ``"lora"``...).
-    extra : str
-        The pip extra a node needs (``flwr-bouquet[<extra>]``).
-    paper : str
-        Citation for docs.
-    test_config : Mapping[str, Any]
-        Run-config overrides that make the conformance suite fast (few steps, small rank...).
-    bad_replies : str
-        Optional ``"module:callable"``; the callable takes a valid reply ``RecordDict`` and returns
-        ``[(label, RecordDict), ...]`` of method-specific malformed replies (an index out of range,
-        a matrix that is not symmetric...) that the strategy must reject.
-
-    """
-
-    name: str
-    description: str
-    strategy: str
-    client: str
-    default_task: str
-    sections: Mapping[str, type] = dataclasses.field(default_factory=dict)
-    test_task: str = ""
-    family: str = ""
-    extra: str = ""
-    paper: str = ""
-    test_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    bad_replies: str = ""
-
-    def load_strategy_factory(self) -> Any:
-        """Import and return the strategy factory."""
-        return load_object(self.strategy)
-
-    def load_client(self) -> Any:
-        """Import and return the client procedure class."""
-        return load_object(self.client)
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskSpec:
-    """A registered task (data + model + metrics).
-
-    Parameters
-    ----------
-    name : str
-        The value of the ``task`` key.
-    description : str
-        One line for ``bouquet list``.
-    factory : str
-        ``"module:callable"`` returning a task object; imported lazily (it may need torch).
-    kind : str
-        ``"classification"``, ``"bandit"`` or ``"language-model"``.
-    sections : Mapping[str, type]
-        Configuration sections of the task, by prefix.
-    extra : str
-        The pip extra the task needs.
-
-    """
-
-    name: str
-    description: str
-    factory: str
-    kind: str = "classification"
-    sections: Mapping[str, type] = dataclasses.field(default_factory=dict)
-    extra: str = ""
-
-    def load(self) -> Any:
-        """Import the factory and build the task object."""
-        return load_object(self.factory)()
+_Record = TypeVar("_Record", Method, TaskSpec)
 
 
 class RegistryError(LookupError):
-    """Raised for an unknown method or task name, with the known ones in the message."""
+    """An unknown method or task name (the known ones in the message), or a name used twice."""
 
 
-def load_object(path: str) -> Any:
-    """Import ``"module:attribute"`` and return the attribute."""
-    module, _, attr = path.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split(".") if attr else []:
-        obj = getattr(obj, part)
-    return obj
+def _records(value: Any, kind: type[_Record], where: str) -> list[_Record]:
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if not isinstance(item, kind):
+            raise RegistryError(f"{where} gave {item!r}, expected a {kind.__name__} or a list of them")
+    return items
 
 
-def _flatten(value: Any, kind: type) -> Iterable[Any]:
-    if isinstance(value, kind):
-        return [value]
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise TypeError(f"entry point gave {value!r}, expected {kind.__name__} or a list of them")
+def builtin_methods() -> list[Method]:
+    """The built-in method declarations: ``METHODS`` of every module in bouquet.apps.methods."""
+    package = importlib.import_module(BUILTIN_METHOD_PACKAGE)
+    found: list[Method] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{BUILTIN_METHOD_PACKAGE}.{info.name}")
+        found += _records(getattr(module, "METHODS", []), Method, module.__name__)
+    return found
+
+
+def builtin_tasks() -> list[TaskSpec]:
+    """The built-in tasks (:data:`bouquet.tasks.catalog.TASKS`)."""
+    from bouquet.tasks.catalog import TASKS
+
+    return _records(TASKS, TaskSpec, "bouquet.tasks.catalog")
+
+
+def _third_party(group: str) -> list[EntryPoint]:
+    def own(ep: EntryPoint) -> bool:
+        dist = getattr(ep, "dist", None)
+        return dist is not None and dist.name.lower().replace("_", "-") == OWN_DISTRIBUTION
+    return sorted((ep for ep in entry_points(group=group) if not own(ep)), key=lambda e: e.name)
+
+
+def _entry_point_label(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    source = f" of {dist.name} {dist.version}" if dist is not None else ""
+    return f"entry point {ep.name!r} ({ep.value}){source}"
+
+
+def _register(found: dict[str, _Record], record: _Record, where: str, origin: dict[str, str]) -> None:
+    if record.name in found:
+        raise RegistryError(f"{type(record).__name__.lower()} name {record.name!r} from {where} is "
+                            f"already registered by {origin[record.name]}; choose another name")
+    found[record.name] = record
+    origin[record.name] = where
 
 
 @cache
 def methods() -> dict[str, Method]:
-    """All registered methods by name (entry points are read once per process)."""
+    """Every ``method=`` name (variants included) with its complete record; read once per process."""
     found: dict[str, Method] = {}
-    for ep in sorted(entry_points(group=METHOD_GROUP), key=lambda e: e.name):
-        for method in _flatten(ep.load(), Method):
-            if method.name in found:
-                raise RegistryError(f"method {method.name!r} registered twice (entry point {ep.name})")
-            found[method.name] = method
+    origin: dict[str, str] = {}
+    for declared in builtin_methods():
+        for method in declared.expand():
+            _register(found, method, "flwr-bouquet (built-in)", origin)
+    for ep in _third_party(METHOD_GROUP):
+        where = _entry_point_label(ep)
+        for declared in _records(ep.load(), Method, where):
+            for method in declared.expand():
+                _register(found, method, where, origin)
     return found
 
 
 @cache
 def tasks() -> dict[str, TaskSpec]:
-    """All registered tasks by name."""
+    """Every ``task=`` name with its record; read once per process."""
     found: dict[str, TaskSpec] = {}
-    for ep in sorted(entry_points(group=TASK_GROUP), key=lambda e: e.name):
-        for spec in _flatten(ep.load(), TaskSpec):
-            if spec.name in found:
-                raise RegistryError(f"task {spec.name!r} registered twice (entry point {ep.name})")
-            found[spec.name] = spec
+    origin: dict[str, str] = {}
+    for spec in builtin_tasks():
+        _register(found, spec, "flwr-bouquet (built-in)", origin)
+    for ep in _third_party(TASK_GROUP):
+        where = _entry_point_label(ep)
+        for spec in _records(ep.load(), TaskSpec, where):
+            _register(found, spec, where, origin)
     return found
+
+
+def _known(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names))
 
 
 def get_method(name: str) -> Method:
     """Return the method called ``name`` or raise :class:`RegistryError` naming the known ones."""
     known = methods()
     if name not in known:
-        raise RegistryError(f"unknown method {name!r}; registered: {', '.join(sorted(known))}")
+        raise RegistryError(f"unknown method {name!r}; registered: {_known(known)}")
     return known[name]
 
 
@@ -176,5 +137,5 @@ def get_task(name: str) -> TaskSpec:
     """Return the task called ``name`` or raise :class:`RegistryError` naming the known ones."""
     known = tasks()
     if name not in known:
-        raise RegistryError(f"unknown task {name!r}; registered: {', '.join(sorted(known))}")
+        raise RegistryError(f"unknown task {name!r}; registered: {_known(known)}")
     return known[name]

@@ -5,6 +5,7 @@ Benchmarks and tests read these files; the key names are a contract.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -28,13 +29,32 @@ def default_results_dir() -> Path:
     return Path(os.environ.get("BOUQUET_RESULTS_DIR", Path.home() / "bouquet-results")).resolve()
 
 
-def default_run_name(method: str, task: str, seed: int, run_id: int) -> str:
-    """The folder name of a run without ``run-name``: one that server and nodes both compute.
+def default_run_name(method: str, task: str, seed: int, run_id: int | None = None,
+                     now: dt.datetime | None = None) -> str:
+    """The folder name of a run without ``run-name``: the one naming rule of every entry point.
 
-    Nodes file their state under the run's name; built from what every node also knows (the
-    config and Flower's run id), it lets node state follow a server resume of an unnamed run.
+    Inside a run (the ServerApp, the nodes) it is ``<method>-<task>-s<seed>-run<run_id>``: nodes
+    file their state under the run's name, and built from what every node also knows (the config
+    and Flower's run id) it lets node state follow a server resume of an unnamed run. Before a run
+    exists (``bouquet run``, ``deploy-local`` and the simulation helpers name it in advance, to
+    find its folder), the start time stands in for the run id:
+    ``<method>-<task>-s<seed>-<YYYYmmdd-HHMMSS>``.
+
+    Parameters
+    ----------
+    method, task : str
+        The method and the *resolved* task (the method's default when ``task`` is empty).
+    seed : int
+        The run's seed.
+    run_id : int, optional
+        Flower's run id; without it, the time ``now`` stands in.
+    now : datetime, optional
+        The start time used without a run id (default: the current local time).
+
     """
-    return f"{method}-{task}-s{seed}-run{run_id}"
+    if run_id is not None:
+        return f"{method}-{task}-s{seed}-run{run_id}"
+    return f"{method}-{task}-s{seed}-{(now or dt.datetime.now()).strftime('%Y%m%d-%H%M%S')}"
 
 
 def package_versions() -> dict[str, str]:

@@ -108,6 +108,8 @@ def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> Non
             continue
         now = cfg.flat.get(k, specs[k].default if k in specs else None)
         before = saved.get(k, specs[k].default if k in specs else None)
+        if k == "task" and before == "":  # folders written before config.yaml held the task
+            before = cfg.method.default_task
         if now != before:
             differ.append(f"{k}={now!r} (saved: {before!r})")
             names.append(k)

@@ -9,7 +9,6 @@ after every round and prints progress, and ``summary.json`` is written at the en
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,10 +51,7 @@ def run_dir_for(cfg: RunConfig, run_id: int | None = None) -> Path:
         else default_results_dir()
     if cfg.common.run_name:
         return base / cfg.common.run_name
-    if run_id is not None:
-        return base / default_run_name(cfg.method.name, cfg.task_name, cfg.common.seed, run_id)
-    return base / (f"{cfg.method.name}-{cfg.task_name}-s{cfg.common.seed}-"
-                   f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    return base / default_run_name(cfg.method.name, cfg.task_name, cfg.common.seed, run_id)
 
 
 #: Files whose presence (non-empty) means a folder already holds rounds of a run.

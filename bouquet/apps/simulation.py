@@ -4,13 +4,13 @@
 - a private, throwaway ``FLWR_HOME`` and ``RAY_TMPDIR``, telemetry and update checks off;
 - the local simulation SuperLink is started from a neutral folder (its cwd would shadow the app's
   code) and stopped by PID afterwards, also on failure or Ctrl-C;
-- the app folder handed to ``flwr run`` is generated: a ``pyproject.toml`` naming the installed
-  ``bouquet`` apps, so the same command works from a checkout or a plain ``pip install``.
+- the app folder handed to ``flwr run`` is generated (:func:`bouquet.apps.fab.write_app`): a
+  ``pyproject.toml`` and the ``bouquet_fab`` components, which run the installed ``bouquet`` after
+  a version check, so the same command works from a checkout or a plain ``pip install``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 import signal
@@ -24,30 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.config import generated_table
+from bouquet.apps.config import name_run
+from bouquet.apps.fab import write_app
 from bouquet.apps.results import default_results_dir
-
-APP_PYPROJECT = """\
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "flwr-bouquet-app"
-version = "0.1.0"
-description = "Generated Flower App that runs the installed flwr-bouquet apps"
-license = "Apache-2.0"
-dependencies = []
-
-[tool.flwr.app]
-publisher = "flwr-bouquet"
-
-[tool.flwr.app.components]
-serverapp = "bouquet.apps.server_app:app"
-clientapp = "bouquet.apps.client_app:app"
-
-{table}
-"""
 
 
 def toml_value(v: Any) -> str:
@@ -62,13 +41,6 @@ def toml_value(v: Any) -> str:
 def run_config_arg(overrides: Mapping[str, Any]) -> str:
     """The ``--run-config`` string for ``flwr run``."""
     return " ".join(f"{k}={toml_value(v)}" for k, v in overrides.items())
-
-
-def write_app(folder: Path) -> Path:
-    """Write the generated Flower App (a pyproject.toml) into ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text(APP_PYPROJECT.format(table=generated_table()))
-    return folder
 
 
 def free_port() -> int:
@@ -164,12 +136,9 @@ def run_simulation(overrides: Mapping[str, Any], clients: int, *, stream: bool =
 
     Returns the path of the run's ``summary.json``.
     """
-    cfg = dict(overrides)
+    cfg = name_run(overrides)
     results = Path(str(cfg.get("results-dir") or default_results_dir())).expanduser().resolve()
     cfg["results-dir"] = str(results)
-    if not cfg.get("run-name") and not cfg.get("resume-from"):
-        cfg["run-name"] = (f"{cfg.get('method', 'fedavg')}-s{cfg.get('seed', 0)}-"
-                           f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     run_dir = (Path(str(cfg["resume-from"])).resolve() if cfg.get("resume-from")
                else results / str(cfg["run-name"]))
     with flower_home() as home:

@@ -1,10 +1,10 @@
-"""The built-in tasks, registered under the ``bouquet.tasks`` entry-point group.
+"""The built-in tasks, read by bouquet.apps.registry in code (no entry points).
 
-Only :class:`~bouquet.apps.registry.TaskSpec` records live here: importing this module imports no
+Only :class:`~bouquet.registration.TaskSpec` records live here: importing this module imports no
 task code, so ``bouquet list`` and servers stay light.
 """
 
-from bouquet.apps.registry import TaskSpec
+from bouquet.registration import TaskSpec
 
 TASKS = [
     TaskSpec(

@@ -1,5 +1,6 @@
-"""Registration records of the built-in methods, one module per family.
+"""Declarations of the built-in methods, one module per family.
 
-Each module exposes ``METHODS`` (a list of :class:`~bouquet.apps.registry.Method`) and is named
-in ``pyproject.toml`` under ``[project.entry-points."bouquet.methods"]``.
+Every module here exposes ``METHODS``: a list of :class:`~bouquet.registration.Method`
+declarations, one per method, its variants as options. :mod:`bouquet.apps.registry` reads every
+module of this package (no entry points): adding a built-in method is one declaration here.
 """

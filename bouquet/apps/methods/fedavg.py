@@ -1,6 +1,6 @@
 """FedAvg, the baseline every other method is compared with."""
 
-from bouquet.apps.registry import Method
+from bouquet.registration import Method
 from bouquet.strategies.fedavg import FedAvgConfig
 
 METHODS = [

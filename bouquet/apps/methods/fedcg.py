@@ -1,48 +1,45 @@
-"""Registration of FedCG and its ablation baselines, and FedCG's malformed replies."""
+"""Registration of FedCG with its ablations as variants, and FedCG's malformed replies."""
 
 from __future__ import annotations
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from bouquet.apps.registry import Method
 from bouquet.compression.bitpack import index_width, pack_uint, unpack_uint
+from bouquet.registration import Method, Variant
 from bouquet.strategies.fedcg import PAYLOAD_RECORD, FedcgConfig
 
-_PAPER = ("Jiang, Xu, Xu, Wang & Qian, Heterogeneity-Aware Federated Learning with Adaptive "
-          "Client Selection and Gradient Compression, IEEE INFOCOM 2023 (arXiv 2212.09483)")
-_CLIENT = "bouquet.clients.fedcg:FedcgClient"
-_BAD = "bouquet.apps.methods.fedcg:bad_replies"
-# Conformance runs: few steps; a large virtual model and no weight on compression error make
-# every ratio sparse, so the sparse-specific bad replies apply.
-_TEST = {"local-steps": 2, "fedcg.virtual-params": 1_000_000, "fedcg.error-weight": 0.0}
+_STRATEGIES = "bouquet.strategies.fedcg"
 
-
-def _method(name: str, factory: str, description: str) -> Method:
-    return Method(
-        name=name,
-        description=description,
-        strategy=f"bouquet.strategies.fedcg:{factory}",
-        client=_CLIENT,
+METHODS = [
+    Method(
+        name="fedcg",
+        description="FedCG: facility-location client selection + per-client top-k ratios from "
+        "an LP, alternated; error feedback",
+        strategy=f"{_STRATEGIES}:build",
+        client="bouquet.clients.fedcg:FedcgClient",
         default_task="digits-mlp",
         sections={"fedcg": FedcgConfig},
         family="fedcg",
         extra="fedcg",
-        paper=_PAPER,
-        test_config=_TEST,
-        bad_replies=_BAD,
-    )
-
-
-METHODS = [
-    _method("fedcg", "build", "FedCG: facility-location client selection + per-client top-k "
-            "ratios from an LP, alternated; error feedback"),
-    _method("fedcg-select-only", "build_select_only",
-            "FedCG ablation: FedCG's selection, one uniform top-k ratio"),
-    _method("fedcg-lp-only", "build_lp_only",
-            "FedCG ablation: random selection, FedCG's LP ratios"),
-    _method("random-topk", "build_random_topk",
-            "Random selection + uniform top-k with error feedback (ratio 1 = FedAvg)"),
+        paper="Jiang, Xu, Xu, Wang & Qian, Heterogeneity-Aware Federated Learning with Adaptive "
+        "Client Selection and Gradient Compression, IEEE INFOCOM 2023 (arXiv 2212.09483)",
+        # Conformance runs: few steps; a large virtual model and no weight on compression error
+        # make every ratio sparse, so the sparse-specific bad replies apply.
+        test_config={"local-steps": 2, "fedcg.virtual-params": 1_000_000,
+                     "fedcg.error-weight": 0.0},
+        bad_replies="bouquet.apps.methods.fedcg:bad_replies",
+        variants=(
+            Variant("fedcg-select-only",
+                    "FedCG ablation: FedCG's selection, one uniform top-k ratio",
+                    strategy=f"{_STRATEGIES}:build_select_only"),
+            Variant("fedcg-lp-only", "FedCG ablation: random selection, FedCG's LP ratios",
+                    strategy=f"{_STRATEGIES}:build_lp_only"),
+            Variant("random-topk",
+                    "Random selection + uniform top-k with error feedback (ratio 1 = FedAvg)",
+                    strategy=f"{_STRATEGIES}:build_random_topk"),
+        ),
+    ),
 ]
 
 

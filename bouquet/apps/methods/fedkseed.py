@@ -1,12 +1,7 @@
-"""Registration of FedKSeed and FedKSeed-Pro (zeroth-order tuning with K shared seeds)."""
+"""Registration of FedKSeed and its FedKSeed-Pro variant (zeroth-order tuning, K shared seeds)."""
 
-from bouquet.apps.registry import Method
+from bouquet.registration import Method, Variant
 from bouquet.strategies.fedkseed import FedKSeedConfig
-
-_PAPER = ("Qin et al., Federated Full-Parameter Tuning of Billion-Sized Language Models with "
-          "Communication Cost under 18 Kilobytes, ICML 2024 (arXiv:2312.06353)")
-_TEST_CONFIG = {"fedkseed.num-seeds": 64, "fedkseed.local-steps": 4, "fedkseed.lr": 1e-3,
-                "fedkseed.eps": 1e-3, "batch-size": 32}
 
 METHODS = [
     Method(
@@ -20,23 +15,16 @@ METHODS = [
         test_task="digits-mlp",
         family="zeroth-order",
         extra="fedkseed",
-        paper=_PAPER,
-        test_config=_TEST_CONFIG,
+        paper="Qin et al., Federated Full-Parameter Tuning of Billion-Sized Language Models with "
+        "Communication Cost under 18 Kilobytes, ICML 2024 (arXiv:2312.06353)",
+        test_config={"fedkseed.num-seeds": 64, "fedkseed.local-steps": 4, "fedkseed.lr": 1e-3,
+                     "fedkseed.eps": 1e-3, "batch-size": 32},
         bad_replies="bouquet.strategies.fedkseed:bad_replies",
-    ),
-    Method(
-        name="fedkseed-pro",
-        description="FedKSeed with seed probabilities from the seeds' gradient history "
-        "(2K floats down)",
-        strategy="bouquet.strategies.fedkseed:FedKSeedPro",
-        client="bouquet.clients.fedkseed:FedKSeedClient",
-        default_task="rt-minilm",
-        sections={"fedkseed": FedKSeedConfig},
-        test_task="digits-mlp",
-        family="zeroth-order",
-        extra="fedkseed",
-        paper=_PAPER,
-        test_config=_TEST_CONFIG,
-        bad_replies="bouquet.strategies.fedkseed:bad_replies",
+        variants=(
+            Variant("fedkseed-pro",
+                    "FedKSeed with seed probabilities from the seeds' gradient history "
+                    "(2K floats down)",
+                    strategy="bouquet.strategies.fedkseed:FedKSeedPro"),
+        ),
     ),
 ]

@@ -1,0 +1,1 @@
+"""flwr-bouquet's Flower App components; see bouquet.apps.fab (generated)."""
