@@ -2,7 +2,8 @@
 
 Every test uses a model and data that are NOT from bouquet's catalogue (a tiny user-defined
 ``nn.Module``, user-made batches), checks that the reply passes the method's strategy validation
-(the strategy built through its factory with the user's model as initial arrays), and that the
+(the strategy built as the runner builds it, with the user's model as initial arrays, and the
+reply's parsed value aggregated), and that the
 node's memory lands in ``context.state``.
 """
 
@@ -21,9 +22,10 @@ from flwr.supercore.task_identity import TaskIdentity
 from torch import nn
 
 from bouquet.apps.config import resolve
-from bouquet.apps.registry import get_method, load_object
+from bouquet.apps.registry import get_method
+from bouquet.apps.runner import build_strategy
 from bouquet.clients import compressed_fedavg, fed_ef, fedavg, fedcg, scafcom, scaffold, scallion
-from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
+from bouquet.strategies.base import BouquetStrategy, NodeReply
 from bouquet.strategies.model import to_record
 from bouquet.tasks.torch_utils import get_arrays
 
@@ -64,11 +66,7 @@ def strategy_for(method: str, tmp_path: Path, model: nn.Module | None, **keys: A
     cfg = resolve({"method": method, "task": get_method(method).default_task,
                    "results-dir": str(tmp_path), "run-name": "r", "seed": 2,
                    "local-steps": LOCAL_STEPS, **keys})
-    setup = StrategySetup(cfg.common, cfg.sections, method, cfg.task_name,
-                          initial_arrays=None if model is None else to_record(get_arrays(model)))
-    strategy = load_object(cfg.method.strategy)(setup)
-    assert isinstance(strategy, BouquetStrategy)
-    return strategy
+    return build_strategy(cfg, None if model is None else to_record(get_arrays(model)))
 
 
 def node_context(partition_id: int = 0) -> Context:
@@ -85,10 +83,11 @@ def instruction(strategy: BouquetStrategy, rnd: int, partition_id: int = 0) -> M
 
 
 def admit(strategy: BouquetStrategy, rnd: int, reply: Message, partition_id: int = 0) -> None:
-    """The reply passes the strategy's checks and is aggregated."""
+    """The reply passes the strategy's checks and what they parsed is aggregated."""
     assert reply.metadata.reply_to_message_id
-    strategy.admit_train_reply(rnd, partition_id, reply.content)
-    strategy.aggregate_round(rnd, [NodeReply(100 + partition_id, partition_id, reply.content, 1, 1)])
+    parsed = strategy.admit_train_reply(rnd, partition_id, reply.content)
+    strategy.aggregate_round(rnd, [NodeReply(100 + partition_id, partition_id, reply.content, 1, 1,
+                                             parsed.value)])
 
 
 Call = Callable[[Message, Context], Message]
