@@ -89,6 +89,19 @@ def test_resume_restores_the_whole_saved_config(tmp_path: Path) -> None:
     assert (saved["seed"], saved["partition"], saved["local-steps"]) == (4, "dirichlet", 2)
 
 
+def test_a_folder_saved_with_an_empty_task_resumes_under_the_default_task(tmp_path: Path) -> None:
+    """Folders written before config.yaml held the resolved task say ``task: ''``."""
+    settings = ["fedavg", "--set", "local-steps=1"]
+    assert _run(tmp_path, *settings, "--set", "run-name=full", rounds=2) == 0
+    assert _run(tmp_path, *settings, "--set", "run-name=old", rounds=1) == 0
+    cfg_file = tmp_path / "old" / "config.yaml"
+    assert "task: digits-mlp" in cfg_file.read_text()
+    cfg_file.write_text(cfg_file.read_text().replace("task: digits-mlp", "task: ''"))
+    assert main(["run", "--engine", "inprocess", "--clients", "3", "--rounds", "2",
+                 "--resume", str(tmp_path / "old")]) == 0
+    assert _rows(tmp_path / "old") == _rows(tmp_path / "full")
+
+
 @pytest.mark.parametrize(("change", "named"), [
     (["--set", "seed=5"], "seed=5"),
     (["--set", "task=fmnist-cnn"], "task"),
