@@ -1,9 +1,10 @@
 """ClientApp: Fed-EF's node side (the residual lives in context.state)."""
 
-from flwr.app import Context, Message
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from bouquet.clients import fed_ef
+from fed_ef_app.task import evaluate as evaluate_model
 from fed_ef_app.task import initial_model, load_partition, loss_fn
 
 app = ClientApp()
@@ -18,3 +19,15 @@ def train(msg: Message, context: Context) -> Message:
     return fed_ef.train(msg, context, initial_model(), batches, loss_fn, lr=float(cfg["lr"]),
                         local_steps=int(cfg["local-steps"]), compressor="topk",
                         compressor_ratio=float(cfg["compressor-ratio"]))
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Evaluate the received global model on this node's test share."""
+    model = initial_model()
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    loss, acc, n = evaluate_model(model, load_partition(int(context.node_config["partition-id"]),
+                                                        int(context.node_config["num-partitions"]),
+                                                        split="test"))
+    metrics = MetricRecord({"eval_loss": loss, "eval_acc": acc, "num-examples": n})
+    return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)

@@ -1,20 +1,27 @@
-"""ServerApp: bouquet's FedKSeed strategy run by Flower's own strategy.start()."""
+"""ServerApp: bouquet's FedKSeed strategy run by Flower's own strategy.start().
 
-from flwr.app import ArrayRecord, Context
+The one-line swap: ``from flwr.serverapp.strategy import FedAvg`` becomes
+``from bouquet.strategies import FedKSeed``; the keyword arguments are Flower's names plus the
+method's own (the same names as the client function's). The server keeps K scalars, no model.
+"""
+
+from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from bouquet.strategies import FedKSeed
-from fedkseed_app.task import initial_model
 
 app = ServerApp()
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the rounds (the server keeps K scalars, no model)."""
+    """Run the rounds; print the evaluation of the first and the last round."""
     cfg = context.run_config
-    strategy = FedKSeed(fraction_train=1.0, min_train_nodes=2, num_seeds=int(cfg["num-seeds"]),
-                        local_steps=int(cfg["local-steps"]), lr=float(cfg["lr"]))
-    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(initial_model().state_dict()),
-                            num_rounds=int(cfg["num-server-rounds"]), timeout=60)
-    print(result.train_metrics_clientapp)
+    strategy = FedKSeed(fraction_train=1.0, min_train_nodes=2, min_available_nodes=2,
+                        num_seeds=int(cfg["num-seeds"]), local_steps=int(cfg["local-steps"]),
+                        lr=float(cfg["lr"]))
+    result = strategy.start(grid=grid, num_rounds=int(cfg["num-server-rounds"]), timeout=60)
+    for rnd in (min(result.evaluate_metrics_clientapp), max(result.evaluate_metrics_clientapp)):
+        metrics = result.evaluate_metrics_clientapp[rnd]
+        print(f"fedkseed: round {rnd} eval_loss={metrics['eval_loss']:.4f} "
+              f"eval_acc={metrics['eval_acc']:.4f}", flush=True)

@@ -27,11 +27,13 @@ def initial_model(seed: int = 0) -> Net:
     return Net()
 
 
-def load_partition(partition_id: int, num_partitions: int, batch_size: int = 32
-                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Return this node's IID share of digits, as a list of (x, y) batches."""
+def load_partition(partition_id: int, num_partitions: int, split: str = "train",
+                   batch_size: int = 32) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Return this node's IID share of digits (80% train, 20% test), as a list of (x, y) batches."""
     x, y = load_digits(return_X_y=True)
-    rows = np.arange(partition_id, len(y), num_partitions)
+    rows = np.random.default_rng(0).permutation(len(y))[partition_id::num_partitions]
+    cut = int(0.8 * len(rows))
+    rows = rows[:cut] if split == "train" else rows[cut:]
     xt = torch.tensor(x[rows] / 16.0, dtype=torch.float32)
     yt = torch.tensor(y[rows], dtype=torch.int64)
     return [(xt[i : i + batch_size], yt[i : i + batch_size]) for i in range(0, len(yt), batch_size)]
@@ -41,3 +43,16 @@ def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch
     """Mean cross-entropy of a batch."""
     x, y = batch
     return nn.functional.cross_entropy(model(x), y)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]
+             ) -> tuple[float, float, int]:
+    """Mean cross-entropy, accuracy and number of examples of ``batches``."""
+    loss = correct = n = 0.0
+    for x, y in batches:
+        logits = model(x)
+        loss += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
+        correct += float((logits.argmax(dim=1) == y).sum())
+        n += len(y)
+    return loss / n, correct / n, int(n)
