@@ -136,6 +136,22 @@ def test_gradient_function_on_user_model_passes_validation(
         assert "arrays" in reply.content
 
 
+def test_keyword_built_strategy_admits_the_function_reply() -> None:
+    """A user's ``Scafcom(...)`` (keyword constructor, grid discovery) takes ``scafcom.train``."""
+    from bouquet.strategies import Scafcom
+
+    strategy = Scafcom(initial_arrays=to_record(get_arrays(user_model())), local_steps=LOCAL_STEPS,
+                       lr=0.1, beta=0.5, compressor="topk", compressor_ratio=0.3)
+    assert strategy.federation.discovery == "grid"
+    context = node_context()
+    for rnd in (1, 2):
+        reply = scafcom.train(instruction(strategy, rnd), context, user_model(), user_batches(),
+                              user_loss, lr=0.1, local_steps=LOCAL_STEPS, beta=0.5,
+                              compressor="topk", compressor_ratio=0.3)
+        admit(strategy, rnd, reply)
+    assert "scafcom.committed" in context.state.array_records
+
+
 def test_fedcg_function_on_user_model_passes_validation(tmp_path: Path) -> None:
     strategy = strategy_for("fedcg", tmp_path, user_model(), **{"fedcg.error-feedback": True})
     strategy.sizes = {0: 24}
