@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bouquet.apps.simulation import flower_env, flower_home, free_port, live_pids, pids_mentioning
@@ -44,3 +45,44 @@ def test_quickstart_fedavg_is_a_one_line_swap() -> None:
     acc = float(out.split("quickstart-fedavg: round 3 eval_acc=")[1].split()[0])
     assert acc > 0.6
     assert "train_train_loss" not in out
+
+
+def final_metrics(out: str, name: str) -> dict[int, dict[str, float]]:
+    """The ``NAME: round R key=value ...`` lines a ServerApp printed, by round."""
+    rounds: dict[int, dict[str, float]] = {}
+    for line in out.splitlines():
+        if f"{name}: round " not in line:
+            continue
+        words = line.split(f"{name}: round ", 1)[1].split()
+        rounds[int(words[0])] = {k: float(v) for k, v in (w.split("=", 1) for w in words[1:])}
+    assert rounds, out[-3000:]
+    for metrics in rounds.values():
+        assert metrics and all(np.isfinite(v) for v in metrics.values()), rounds
+    return rounds
+
+
+#: (example folder, the strategy its ServerApp imports); each prints ``FOLDER: round R k=v ...``
+EXAMPLE_APPS = [
+    ("scafcom", "Scafcom"),
+    ("fed-ef", "FedEF"),
+    ("fedcg", "FedCG"),
+    ("fedkseed", "FedKSeed"),
+    ("lora", "FFALoRA"),
+    ("bandits", "FedLinUCB"),
+]
+LEARNS = {"scafcom", "fed-ef", "fedcg"}
+
+
+@pytest.mark.parametrize(("example", "strategy"), EXAMPLE_APPS, ids=[e[0] for e in EXAMPLE_APPS])
+def test_example_runs_through_flwr_run(example: str, strategy: str) -> None:
+    app = EXAMPLES / example
+    server = next(app.glob("*/server_app.py")).read_text()
+    assert f"from bouquet.strategies import {strategy}\n" in server
+    assert "flwr.serverapp.strategy import FedAvg" in server  # the one-line swap is said
+    assert "flwr run" in (app / "README.md").read_text()
+    rounds = final_metrics(flwr_run(app, nodes=2), example)
+    print(example, rounds)  # shown with pytest -s
+    if example in LEARNS:
+        first, last = rounds[min(rounds)], rounds[max(rounds)]
+        assert max(rounds) > min(rounds)
+        assert last["eval_loss"] < first["eval_loss"] and last["eval_acc"] > 0.3, rounds
