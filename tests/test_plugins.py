@@ -97,6 +97,39 @@ def test_start_admits_through_the_defences() -> None:
     assert kinds == {1001: "rejected", 1002: "errors"}
 
 
+def test_a_user_clientapp_answers_query_discovery_with_answer_hello() -> None:
+    """``discovery="query"`` works with a user's ClientApp that adds the public hello answer."""
+    from bouquet.clients.discovery import answer_hello
+
+    app = quickstart_app()
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        declared = 10 if context.node_config["partition-id"] == 2 else 50  # 2 will claim 50
+        return answer_hello(msg, context, num_examples=declared)
+
+    grid = LocalGrid(3, {}, client=app)
+    strategy = FedAvg(discovery="query", min_available_nodes=3, sample_deadline=5.0,
+                      fraction_evaluate=0.0)
+    result = strategy.start(grid=grid, initial_arrays=initial(), num_rounds=2, timeout=10)
+    assert sum(m.metadata.message_type == "query" for m in grid.sent) == 3  # once per node
+    assert strategy.partitions == {1000: 0, 1001: 1, 1002: 2}
+    assert strategy.sizes == {0: 50, 1: 50, 2: 10}
+    rec = result.train_metrics_clientapp[2]
+    assert (rec["clients"], rec["rejected"]) == (2, 1)  # 50 examples above the 10 it declared
+    reasons = [f["reason"] for f in strategy.last_log["train"].failures]
+    assert any("above the 10 examples the node declared" in r for r in reasons)
+
+
+def test_answer_hello_refuses_what_is_not_a_hello() -> None:
+    from bouquet.clients.discovery import answer_hello
+
+    ctx = Context(1, 5, {}, RecordDict(), {})
+    train = Message(RecordDict(), dst_node_id=5, message_type="train")
+    with pytest.raises(ValueError, match="not a bouquet.hello"):
+        answer_hello(train, ctx, num_examples=3)
+
+
 def test_initial_model_comes_from_start_when_not_given() -> None:
     strategy = Scafcom()
     assert strategy.needs_model() and strategy.global_arrays() is None

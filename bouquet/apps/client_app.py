@@ -27,7 +27,8 @@ from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.persistence import NodeStore, persist, restore
-from bouquet.strategies.base import HELLO_ACTION, INIT_ACTION
+from bouquet.clients.discovery import answer_hello, is_hello
+from bouquet.strategies.base import INIT_ACTION
 from bouquet.strategies.model import to_record
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 
@@ -161,11 +162,10 @@ def query(msg: Message, context: Context) -> Message:
     """Answer hello / initial-arrays, or pass the action to the method."""
     cfg, env = environment(context)
     action = message_config(msg).get("action", "")
-    if action == HELLO_ACTION:
+    if is_hello(msg):
         size = env.task.num_examples(env.partition_id, env.num_partitions, env.common)
-        info = ConfigRecord({"partition-id": env.partition_id,
-                             "num-partitions": env.num_partitions, "num-examples": int(size)})
-        return Message(RecordDict({"info": info}), reply_to=msg)
+        return answer_hello(msg, context, num_examples=int(size), partition_id=env.partition_id,
+                            num_partitions=env.num_partitions)
     if action == INIT_ACTION:
         if not isinstance(env.task, ModelTask):  # a task without a model (bandits)
             return Message(RecordDict(), reply_to=msg)
