@@ -19,15 +19,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from bouquet.apps.config import RunConfig, resolve
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
-from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.clients.discovery import answer_hello, is_hello
+from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.strategies.base import INIT_ACTION
 from bouquet.strategies.model import to_record
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
