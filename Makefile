@@ -51,8 +51,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check bouquet tests benchmarks
-	$(BIN)/mypy bouquet
+	$(BIN)/ruff check bouquet bouquet_fab tests benchmarks examples
+	$(BIN)/mypy bouquet bouquet_fab
 
 docs: setup
 	$(BIN)/python -m bouquet.apps.docs
