@@ -17,7 +17,8 @@ from bouquet.apps.runner import build_strategy, execute, initial_arrays, load_se
 from bouquet.compression import TopK, encoded_bytes
 from bouquet.compression.base import count_for
 from bouquet.strategies.accounting import content_bytes
-from bouquet.strategies.fedcg import PAYLOAD_RECORD, FedCG
+from bouquet.strategies.fedcg import FedCG
+from bouquet.wire.fedcg import PAYLOAD_RECORD
 
 BASE: dict[str, Any] = {
     "task": "digits-mlp", "local-steps": 3, "seed": 1, "partition": "pathological",

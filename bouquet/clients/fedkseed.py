@@ -4,8 +4,8 @@ A node rebuilds the global model ``w = w0 - lr * sum_k A[k] z(s_k)`` from the ac
 in the message, runs ``fedkseed.local-steps`` two-point zeroth-order steps, each along one
 candidate seed (uniform, or with the server's probabilities for Pro), and replies with its
 (seed index, scalar gradient) pairs, packed as bytes by the strategy module's codec
-(:func:`bouquet.strategies.fedkseed.pack_pairs`; the accumulator arrives as float32 bytes, read by
-:func:`~bouquet.strategies.fedkseed.read_down`).
+(:func:`bouquet.wire.fedkseed.pack_pairs`; the accumulator arrives as float32 bytes, read by
+:func:`~bouquet.wire.fedkseed.read_down`).
 
 The rebuilt model is kept in the process (a cache, not node memory: any node served by the process
 may use it) together with the coefficients ``applied`` it holds, so that the next message only
@@ -42,13 +42,8 @@ from bouquet.clients.local_training import (
 )
 from bouquet.clients.task_inputs import TaskBatches
 from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
-from bouquet.strategies.fedkseed import (
-    PAIRS_RECORD,
-    FedKSeedConfig,
-    candidate_seeds,
-    pairs_record,
-    read_down,
-)
+from bouquet.strategies.fedkseed import FedKSeedConfig
+from bouquet.wire.fedkseed import PAIRS_RECORD, candidate_seeds, pairs_record, read_down
 
 log = logging.getLogger("bouquet")
 

@@ -55,8 +55,9 @@ from bouquet.strategies.linucb import (
     horizon_of,
     make_protocol,
 )
-from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.bandits import Block
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.linucb import CODES, GLOBAL_RECORD, GRAM, NODE_RECORD, REGRET_METRIC, VEC
 
 
 @runtime_checkable
@@ -231,8 +232,8 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
     if done >= rnd:
         raise ValueError(f"silo already answered round {done}; round {rnd} comes too late")
 
-    shared = to_numpy(msg.content["global"])  # type: ignore[arg-type]
-    gram, vec = shared["gram"], shared["vec"]
+    shared = to_numpy(msg.content[GLOBAL_RECORD])  # type: ignore[arg-type]
+    gram, vec = shared[GRAM], shared[VEC]
     if gram.shape != (proto.dim, proto.dim) or vec.shape != (proto.dim,):
         raise ValueError(f"global statistics of shape {gram.shape}, expected d={proto.dim}")
     xs, ys, regret = linucb_steps(source, gram, vec, proto, lin, (rnd - 1) * proto.batch + 1,
@@ -244,8 +245,8 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
         node = _tree_node(state, proto, done, rnd, xs, ys, rng)
     cum = float(progress.get("cum-regret", 0.0)) + regret
     state.set_values("progress", {"round": rnd, "cum-regret": cum})
-    metrics = MetricRecord({"cum-regret": cum, "num-examples": proto.batch})
-    return RecordDict({"node": to_record(node), "metrics": metrics})
+    metrics = MetricRecord({REGRET_METRIC: cum, "num-examples": proto.batch})
+    return RecordDict({NODE_RECORD: to_record(node), "metrics": metrics})
 
 
 #: Privacy variants: ``none`` (FedLinUCB), ``ldp``, ``sdp-amp``, ``sdp-vecsum``.
@@ -349,7 +350,7 @@ def _tree_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.nd
     state.set_arrays("tree", silo.state())
     noisy = exact + tree.gaussian_node_noise(rng, proto.dim, proto.sigma)
     gram, vec = tree.unpack(noisy, proto.dim)
-    return {"gram": np.ascontiguousarray(gram), "vec": np.ascontiguousarray(vec)}
+    return {GRAM: np.ascontiguousarray(gram), VEC: np.ascontiguousarray(vec)}
 
 # ---------------------------------------------------------------------- vector sum
 def _vecsum_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.ndarray,
@@ -375,7 +376,7 @@ def _vecsum_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.
     if params.max_code() >= np.iinfo(np.int32).max:
         raise ValueError("vector-sum codes overflow int32; raise epsilon or lower delta")
     codes = params.encode(np.concatenate(window), rng).astype(np.int32)
-    return {"codes": codes}
+    return {CODES: codes}
 
 
 class LDPFedLinUCBClient(FedLinUCBClient):

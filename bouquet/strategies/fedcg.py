@@ -34,15 +34,12 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from bouquet.compression import Compressor, Identity, PayloadError, TopK, decode_record
-from bouquet.compression.base import count_for
+from bouquet.compression import PayloadError, TopK, decode_record
 from bouquet.compression.bitpack import index_width
 from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import NodeReply, Parsed, StrategySetup
-from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.system_model import (
     MeasuredProfile,
@@ -50,16 +47,15 @@ from bouquet.strategies.system_model import (
     TimeModel,
     round_time,
 )
-
-#: Record holding the compressed update in a reply.
-PAYLOAD_RECORD = "payload"
-#: Config key of the keep-ratio sent to each client.
-RATIO_KEY = "fedcg.ratio"
-#: Reply metrics a node adds for the measured system model.
-STEP_TIME_METRIC = "step-time-s"
-UPLINK_METRIC = "uplink-mbps"
-#: Node-config key a deployed node may set to report its uplink (megabits per second).
-UPLINK_NODE_KEY = "uplink-mbps"
+from bouquet.wire import validation as v
+from bouquet.wire.fedcg import (
+    PAYLOAD_RECORD,
+    RATIO_KEY,
+    STEP_TIME_METRIC,
+    UPLINK_METRIC,
+    wire_compressor,
+)
+from bouquet.wire.flat import Layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +103,6 @@ class FedcgConfig:
         True, "charge ceil(log2 d) index bits per kept coordinate in the time model")
     measured_smoothing: float = key(
         0.5, "weight of a node's new report in the measured estimates", min=0.0, max=1.0)
-
-
-def wire_compressor(ratio: float, dim: int) -> Compressor:
-    """Return the wire compressor at ``ratio``: identity if every coordinate is kept, else top-k."""
-    k = count_for(ratio, 0, dim)
-    return Identity() if k >= dim else TopK(k=k)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,10 +42,11 @@ from flwr.app import MetricRecord, RecordDict
 
 from bouquet.privacy import ledger, shuffle, tree
 from bouquet.schema import key
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS
 from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
-from bouquet.strategies.model import to_numpy, to_record
+from bouquet.wire import validation as v
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.linucb import ANNOUNCED, CODES, GLOBAL_RECORD, GRAM, NODE_RECORD, REGRET_METRIC, VEC
 
 log = logging.getLogger("bouquet")
 
@@ -244,14 +245,9 @@ def horizon_of(lin: LinUCBConfig, num_server_rounds: int) -> int:
     return lin.horizon_rounds or num_server_rounds
 
 
-#: Round-config keys the server announces and every silo checks against its own config.
-ANNOUNCED = ("num-silos", "horizon-rounds", "batch-steps")
-
-
 def announced_values(proto: Protocol) -> dict[str, int]:
     """What the server announces each round (a silo refuses values that differ from its own)."""
-    return {"num-silos": proto.num_silos, "horizon-rounds": proto.horizon_rounds,
-            "batch-steps": proto.batch}
+    return dict(zip(ANNOUNCED, (proto.num_silos, proto.horizon_rounds, proto.batch), strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +276,7 @@ class FedLinUCB(BouquetStrategy):
     common_keys = (*BASE_COMMON_KEYS, "num_server_rounds")
     options = FedLinUCBOptions
     holds_model = False
-    reply_records = ("node", "metrics")
+    reply_records = (NODE_RECORD, "metrics")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -366,7 +362,7 @@ class FedLinUCB(BouquetStrategy):
             cfg = self.base_config(rnd)
             for name, value in announced_values(proto).items():
                 cfg[name] = value
-            out[pid] = RecordDict({"global": to_record({"gram": gram, "vec": vec}),
+            out[pid] = RecordDict({GLOBAL_RECORD: to_record({GRAM: gram, VEC: vec}),
                                    "config": cfg})
         return out
 
@@ -386,17 +382,17 @@ class FedLinUCB(BouquetStrategy):
         if self.variant == "sdp-vecsum":
             params = proto.vecsum_params(rnd)
             rows = proto.window_users(rnd)
-            codes = v.arrays(content, "node", {
-                "codes": ((rows, shuffle.num_coordinates(self.dim)), np.int32)})["codes"]
+            codes = v.arrays(content, NODE_RECORD, {
+                CODES: ((rows, shuffle.num_coordinates(self.dim)), np.int32)})[CODES]
             try:
                 params.check(codes)
             except ValueError as exc:
                 raise v.InvalidReply(f"node/codes: {exc}") from None
         else:
             d = self.dim
-            arrays = v.arrays(content, "node", {"gram": ((d, d), np.float64),
-                                                "vec": ((d,), np.float64)})
-            gram, vec = arrays["gram"], arrays["vec"]
+            arrays = v.arrays(content, NODE_RECORD, {GRAM: ((d, d), np.float64),
+                                                VEC: ((d,), np.float64)})
+            gram, vec = arrays[GRAM], arrays[VEC]
             if not np.array_equal(gram, gram.T):
                 raise v.InvalidReply("node/gram: not symmetric")
             n_w = proto.window_users(rnd)
@@ -413,7 +409,7 @@ class FedLinUCB(BouquetStrategy):
             raise v.InvalidReply(f"metrics/num-examples: expected {proto.batch}")
         last = self.cum_regret.get(partition_id, 0.0)
         most = rnd * proto.batch * self.lin.max_step_regret
-        v.metric(content, "cum-regret", min=last - 1e-9, max=most + 1e-9)
+        v.metric(content, REGRET_METRIC, min=last - 1e-9, max=most + 1e-9)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Sum the nodes of this sync's level (SDP: through the shuffler, sums only); log regret."""
@@ -423,13 +419,13 @@ class FedLinUCB(BouquetStrategy):
         else:
             total = np.zeros(tree.stats_size(self.dim))
             for r in replies:
-                arrays = to_numpy(r.content["node"])  # type: ignore[arg-type]
-                total += tree.pack(arrays["gram"], arrays["vec"])
+                arrays = to_numpy(r.content[NODE_RECORD])  # type: ignore[arg-type]
+                total += tree.pack(arrays[GRAM], arrays[VEC])
         if total is not None:
             self.tree.store(rnd, total)
         for r in replies:
             self.cum_regret[r.partition_id] = float(
-                r.content["metrics"]["cum-regret"])  # type: ignore[index,arg-type]
+                r.content["metrics"][REGRET_METRIC])  # type: ignore[index,arg-type]
         return self.round_metrics(rnd)
 
     def _through_shuffler(self, rnd: int, replies: list[NodeReply]) -> np.ndarray | None:
@@ -439,12 +435,12 @@ class FedLinUCB(BouquetStrategy):
         size = shuffle.num_coordinates(self.dim) if vecsum else tree.stats_size(self.dim)
         shuffler = shuffle.SumShuffler(size, proto.min_silos)
         for r in replies:
-            node = r.content["node"]
+            node = r.content[NODE_RECORD]
             if vecsum:
-                shuffler.submit(r.partition_id, node["codes"].numpy())  # type: ignore[index,union-attr]
+                shuffler.submit(r.partition_id, node[CODES].numpy())  # type: ignore[index,union-attr]
             else:
                 shuffler.submit(r.partition_id, tree.pack(
-                    node["gram"].numpy(), node["vec"].numpy()))  # type: ignore[index,union-attr]
+                    node[GRAM].numpy(), node[VEC].numpy()))  # type: ignore[index,union-attr]
         released = shuffler.release()
         if released is None:
             log.warning("round %d: %d silo message(s), fewer than the %d the noise is calibrated "
@@ -572,28 +568,28 @@ def build_sdp_vecsum(setup: StrategySetup) -> FedLinUCB:
 # ---------------------------------------------------------------------- conformance
 def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
     """Method-specific malformed replies for the conformance suite (all must be rejected)."""
-    node = to_numpy(content["node"])  # type: ignore[arg-type]
+    node = to_numpy(content[NODE_RECORD])  # type: ignore[arg-type]
     metrics = content["metrics"]
 
     def reply(arrays: Mapping[str, np.ndarray], regret: float | None = None) -> RecordDict:
         rec = MetricRecord(dict(metrics))  # type: ignore[arg-type]
         if regret is not None:
-            rec["cum-regret"] = regret
-        return RecordDict({"node": to_record(arrays), "metrics": rec})
+            rec[REGRET_METRIC] = regret
+        return RecordDict({NODE_RECORD: to_record(arrays), "metrics": rec})
 
     out: list[tuple[str, RecordDict]] = [("negative regret", reply(node, -1.0))]
-    if "codes" in node:
-        codes = node["codes"]
+    if CODES in node:
+        codes = node[CODES]
         high = codes.copy()
         high[0, 0] = np.iinfo(np.int32).max
         low = codes.copy()
         low[0, 0] = -1
-        out += [("wrong dimension", reply({"codes": codes[:, :-1]})),
-                ("code above the protocol's range", reply({"codes": high})),
-                ("negative code", reply({"codes": low})),
-                ("float codes", reply({"codes": codes.astype(np.float64)}))]
+        out += [("wrong dimension", reply({CODES: codes[:, :-1]})),
+                ("code above the protocol's range", reply({CODES: high})),
+                ("negative code", reply({CODES: low})),
+                ("float codes", reply({CODES: codes.astype(np.float64)}))]
         return out
-    gram, vec = node["gram"], node["vec"]
+    gram, vec = node[GRAM], node[VEC]
     d = gram.shape[0]
     skew = gram.copy()
     skew[0, d - 1] += 1.0
@@ -601,8 +597,8 @@ def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
     nan[0] = np.nan
     big = gram.copy()
     big[0, 0] = 1e12
-    out += [("wrong dimension", reply({"gram": np.zeros((d + 1, d + 1)), "vec": np.zeros(d + 1)})),
-            ("non-symmetric matrix", reply({"gram": skew, "vec": vec})),
-            ("NaN in vector", reply({"gram": gram, "vec": nan})),
-            ("impossible magnitude", reply({"gram": big, "vec": vec}))]
+    out += [("wrong dimension", reply({GRAM: np.zeros((d + 1, d + 1)), VEC: np.zeros(d + 1)})),
+            ("non-symmetric matrix", reply({GRAM: skew, VEC: vec})),
+            ("NaN in vector", reply({GRAM: gram, VEC: nan})),
+            ("impossible magnitude", reply({GRAM: big, VEC: vec}))]
     return out

@@ -38,21 +38,19 @@ from flwr.serverapp import Grid
 
 from bouquet.privacy.dp_config import DPConfig
 from bouquet.schema import key
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import BouquetStrategy, NodeReply, RoundLog, StrategySetup
-from bouquet.strategies.model import to_numpy, to_record
+from bouquet.wire import validation as v
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.lora import (
+    FRAME_ID_KEY,
+    FRAME_RECORD,
+    GRADS_RECORD,
+    PHASE_EVALUATE,
+    PHASE_INIT,
+    PHASE_TRAIN,
+)
 
-#: Config value of ``phase`` in an instruction: local training, or the Fed-SB init gradient.
-PHASE_TRAIN = "train"
-PHASE_INIT = "fed-sb.init"
-PHASE_EVALUATE = "evaluate"
-#: Record with Fed-SB's frozen B and A (downlink, once per client).
-FRAME_RECORD = "frame"
-#: Record with the summed init gradients (uplink, round 0 of Fed-SB).
-GRADS_RECORD = "grads"
-#: Config key naming the frame a message expects the client to hold.
-FRAME_ID_KEY = "fed-sb.frame-id"
 VARIANTS = ("fedit", "ffa", "fedsb")
 #: What a private run reports or uses that its epsilon does not cover (summary.json names it).
 NOT_COVERED = (
@@ -606,4 +604,3 @@ def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
          RecordDict({"arrays": content["arrays"], "metrics": content["metrics"],
                      "grads": ArrayRecord()})),
     ]
-
