@@ -143,6 +143,7 @@ CLIENT_USES_OF_STRATEGIES = {
                                 "head_names", "split_names", "lora_a_init", "merge"},
     "bouquet.strategies.linucb": {"LinUCBConfig", "DPLinUCBConfig", "Protocol", "make_protocol",
                                   "announced_values", "confidence_radius", "env_section",
+                                  "VARIANTS", "variant_named",
                                   "horizon_of"},
     "bouquet.strategies.checkpoint": {"META_FILE", "CheckpointError", "load_checkpoint",
                                       "save_checkpoint"},

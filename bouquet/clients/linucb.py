@@ -46,6 +46,7 @@ from bouquet.clients.local_training import node_index, reply, section_from
 from bouquet.privacy import shuffle, tree
 from bouquet.privacy.dp_config import DP_SEED_KEY
 from bouquet.strategies.linucb import (
+    VARIANTS,
     DPLinUCBConfig,
     LinUCBConfig,
     Protocol,
@@ -54,6 +55,7 @@ from bouquet.strategies.linucb import (
     env_section,
     horizon_of,
     make_protocol,
+    variant_named,
 )
 from bouquet.tasks.bandits import Block
 from bouquet.wire.arrays import to_numpy, to_record
@@ -239,7 +241,7 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
     xs, ys, regret = linucb_steps(source, gram, vec, proto, lin, (rnd - 1) * proto.batch + 1,
                                   rnd=rnd)
     rng = noise_rng(context, seed, pid, rnd)
-    if proto.variant == "sdp-vecsum":
+    if proto.variant.sends_codes:
         node = _vecsum_node(state, proto, done, rnd, xs, ys, rng)
     else:
         node = _tree_node(state, proto, done, rnd, xs, ys, rng)
@@ -249,8 +251,6 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
     return RecordDict({NODE_RECORD: to_record(node), "metrics": metrics})
 
 
-#: Privacy variants: ``none`` (FedLinUCB), ``ldp``, ``sdp-amp``, ``sdp-vecsum``.
-VARIANTS = ("none", "ldp", "sdp-amp", "sdp-vecsum")
 #: ``linucb`` keys only the server reads.
 _SERVER_ONLY = frozenset({"max_step_regret"})
 
@@ -289,20 +289,19 @@ def train(msg: Message, context: Context, source: RewardSource, *, context_dim: 
         ``node`` (the released tree node or vector-sum codes) and ``metrics``.
 
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r}: allowed {', '.join(VARIANTS)}")
+    kind = variant_named(variant)
     dp_fields = {f.name for f in dataclasses.fields(DPLinUCBConfig)}
     dp_options = {k: v for k, v in options.items() if k.replace("-", "_") in dp_fields}
-    if dp_options and variant == "none":
+    if dp_options and not kind.private:
         raise TypeError(f"options {sorted(dp_options)} need a private variant")
     lin = section_from(LinUCBConfig, {k: v for k, v in options.items() if k not in dp_options},
                        _SERVER_ONLY)
     if lin.horizon_rounds < 1:
         raise ValueError("pass horizon_rounds= (the synchronisations the run plans for)")
     num_silos = own_num_silos(context, lin)
-    if not num_silos and variant == "none":
+    if not num_silos and not kind.private:
         num_silos = int(message_config(msg).get("num-silos", 1))  # type: ignore[arg-type]
-    dp = section_from(DPLinUCBConfig, dp_options) if variant != "none" else None
+    dp = section_from(DPLinUCBConfig, dp_options) if kind.private else None
     proto = make_protocol(variant, lin, dp, int(context_dim), num_silos, lin.horizon_rounds)
     namespace = str(message_config(msg).get("method", "linucb"))
     return reply(msg, silo_round(msg, context, source, proto, lin, seed=seed,
@@ -320,7 +319,7 @@ class FedLinUCBClient(ClientProcedure):
         lin: LinUCBConfig = env.section("linucb")
         horizon = horizon_of(lin, env.common.num_server_rounds)
         num_silos = own_num_silos(context, lin)
-        if not num_silos and self.variant == "none":
+        if not num_silos and not VARIANTS[self.variant].private:
             num_silos = int(cfg.get("num-silos", 1))  # type: ignore[arg-type]
         dim = int(env_section(env.sections).context_dim)
         return make_protocol(self.variant, lin, env.sections.get("dp-linucb"), dim, num_silos,
