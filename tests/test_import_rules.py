@@ -140,7 +140,7 @@ CLIENT_USES_OF_STRATEGIES = {
     "bouquet.strategies.scaffold": {"ScaffoldConfig", "ScallionConfig", "ScafcomConfig",
                                     "control_step"},
     "bouquet.strategies.lora": {"LoraConfig", "FedSBConfig", "Adapted", "adapted_modules",
-                                "head_names", "split_names", "lora_a_init", "merge"},
+                                "head_names", "split_names", "lora_a_init", "merge", "lora_variant"},
     "bouquet.strategies.linucb": {"LinUCBConfig", "DPLinUCBConfig", "Protocol", "make_protocol",
                                   "announced_values", "confidence_radius", "env_section",
                                   "VARIANTS", "variant_named",

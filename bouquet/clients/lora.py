@@ -37,6 +37,7 @@ from bouquet.strategies.lora import (
     adapted_modules,
     head_names,
     lora_a_init,
+    lora_variant,
     merge,
     split_names,
 )
@@ -122,6 +123,7 @@ def build_adapted(task: Any | None, variant: str, cfg: LoraConfig, arrays: dict[
     model = inject_adapter_in_model(peft_cfg, model)
     for p in model.parameters():
         p.requires_grad_(False)
+    kind = lora_variant(variant)
     params: dict[str, torch.Tensor] = {}
     named = dict(model.named_parameters())
     with torch.no_grad():
@@ -129,7 +131,7 @@ def build_adapted(task: Any | None, variant: str, cfg: LoraConfig, arrays: dict[
             layer = model.get_submodule(a.module)
             lin_a, lin_b = _layer_tensors(layer)
             mod = a.module
-            if variant == "fedsb":
+            if kind.framed:
                 framed = FramedA(lin_a, cfg.rank)
                 layer.lora_A["default"] = framed  # type: ignore[index,operator,assignment]
                 lin_r = framed.lora_R
@@ -138,10 +140,11 @@ def build_adapted(task: Any | None, variant: str, cfg: LoraConfig, arrays: dict[
                 lin_r.weight.copy_(torch.from_numpy(arrays[f"{mod}.lora_R"]))
                 params[f"{mod}.lora_R"] = lin_r.weight
             else:
-                src_a = arrays if variant == "fedit" else fixed
+                a_travels = "lora_A" in kind.sends
+                src_a = arrays if a_travels else fixed
                 lin_a.weight.copy_(torch.from_numpy(src_a[f"{mod}.lora_A"]))
                 lin_b.weight.copy_(torch.from_numpy(arrays[f"{mod}.lora_B"]))
-                if variant == "fedit":
+                if a_travels:
                     params[f"{mod}.lora_A"] = lin_a.weight
                 params[f"{mod}.lora_B"] = lin_b.weight
         for k in head:
@@ -254,9 +257,10 @@ class LoraClient(ClientProcedure):
     def fixed(self, msg: Message, context: Context, job: LoraJob,
               adapted: list[Adapted]) -> dict[str, np.ndarray]:
         """The frozen arrays: FFA's A from the seed; Fed-SB's frame (message or node state)."""
-        if self.variant == "ffa":
+        kind = lora_variant(self.variant)
+        if kind.seeded_frozen_a:
             return ffa_fixed(adapted, job.lora.rank, job.seed)
-        if self.variant != "fedsb":
+        if not kind.framed:
             return {}
         state = NodeState(context, "fed-sb")
         want = int(message_config(msg).get(FRAME_ID_KEY, 0))  # type: ignore[arg-type]
@@ -394,7 +398,7 @@ class LoraClient(ClientProcedure):
 
     def _extra_steps(self, job: LoraJob) -> int:
         """DP steps beyond training: Fed-SB's private init gradient."""
-        if self.variant == "fedsb" and job.fed_sb.init == "svd":
+        if lora_variant(self.variant).framed and job.fed_sb.init == "svd":
             return 1
         return 0
 
