@@ -301,9 +301,9 @@ def test_pro_clients_sample_with_the_probabilities(tmp_path: Path) -> None:
     p = strategy.probabilities()
     assert p[7] == pytest.approx(np.e / (np.e + 31))
     cfg = resolve(grid.run_config).sections["fedkseed"]
-    msg = grid.sent[-1]
-    picks = client.seed_choices(msg, cfg, np.random.default_rng(0))
-    many = np.concatenate([client.seed_choices(msg, cfg, np.random.default_rng(s))
+    down = wk.read_down(grid.sent[-1].content, cfg.num_seeds)
+    picks = client.seed_choices(down, cfg, np.random.default_rng(0))
+    many = np.concatenate([client.seed_choices(down, cfg, np.random.default_rng(s))
                            for s in range(400)])
     assert picks.shape == (12,)
     assert np.mean(many == 7) == pytest.approx(p[7], abs=0.02)
@@ -400,3 +400,19 @@ def test_full_run_learns_and_reports_bytes(tmp_path: Path) -> None:
     first, last = lines[0], lines[-1]
     assert last["loss"] < first["loss"]  # federated evaluation on the nodes' test shares
     assert first["train_up_bytes_per_client"] > 8 * 40
+
+
+def test_a_client_round_decodes_its_downlink_once(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13 §5: the round reads ``A`` and Pro's probabilities from one decoded value."""
+    calls: list[int] = []
+
+    def counting(content: RecordDict, num_seeds: int) -> wk.Downlink:
+        calls.append(num_seeds)
+        return wk.read_down(content, num_seeds)
+
+    monkeypatch.setattr(client, "read_down", counting)
+    grid, strategy = setup(tmp_path, 1, "fedkseed-pro")
+    rlog = strategy.train_round(grid, 1)
+    assert rlog.clients == 1 and rlog.errors == 0
+    assert len(calls) == 1

@@ -16,6 +16,8 @@ codec, used by server and clients alike; :func:`candidate_seeds` is the seed lis
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
@@ -141,7 +143,14 @@ def down_record(accumulator: np.ndarray, probabilities: np.ndarray | None) -> Co
     return rec
 
 
-def read_down(content: RecordDict, num_seeds: int) -> tuple[np.ndarray, np.ndarray | None]:
+class Downlink(NamedTuple):
+    """A decoded downlink: the seed coefficients ``A`` and Pro's probabilities (float64)."""
+
+    accumulator: np.ndarray
+    probabilities: np.ndarray | None
+
+
+def read_down(content: RecordDict, num_seeds: int) -> Downlink:
     """Decode a downlink message: ``A`` and, when sent, the probabilities (float64 copies).
 
     Raises :class:`~bouquet.wire.validation.InvalidReply` (a ``ValueError``) unless the record
@@ -151,8 +160,8 @@ def read_down(content: RecordDict, num_seeds: int) -> tuple[np.ndarray, np.ndarr
     rec = _fields(content, DOWN_RECORD, frozenset({ACCUMULATOR}), frozenset({PROBABILITIES}))
     acc = unpack_floats(rec[ACCUMULATOR], num_seeds, f"{DOWN_RECORD}/{ACCUMULATOR}")
     if PROBABILITIES not in rec:
-        return acc, None
+        return Downlink(acc, None)
     p = unpack_floats(rec[PROBABILITIES], num_seeds, f"{DOWN_RECORD}/{PROBABILITIES}")
     if p.min() < 0 or p.sum() <= 0:
         raise v.InvalidReply(f"{DOWN_RECORD}/{PROBABILITIES}: not a distribution")
-    return acc, p
+    return Downlink(acc, p)
