@@ -197,7 +197,7 @@ def _released(tmp_path: Path, name: str, node_seed: int | None) -> np.ndarray:
     seen: list[RecordDict] = []
     grid.corrupt[0] = lambda c: seen.append(c) or c  # type: ignore[func-returns-value]
     execute(grid, grid.run_config)
-    from bouquet.strategies.model import to_numpy
+    from bouquet.wire.arrays import to_numpy
 
     arrays = to_numpy(next(c for c in seen if "arrays" in c)["arrays"])  # type: ignore[arg-type]
     return np.concatenate([a.reshape(-1) for a in arrays.values()])

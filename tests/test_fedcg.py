@@ -17,7 +17,9 @@ from bouquet.apps.runner import build_strategy, execute, initial_arrays, load_se
 from bouquet.compression import TopK, encoded_bytes
 from bouquet.compression.base import count_for
 from bouquet.strategies.accounting import content_bytes
-from bouquet.strategies.fedcg import PAYLOAD_RECORD, FedCG
+from bouquet.strategies.fedcg import FedCG
+from bouquet.wire.fedcg import PAYLOAD_RECORD
+from bouquet.wire.validation import InvalidReply
 
 BASE: dict[str, Any] = {
     "task": "digits-mlp", "local-steps": 3, "seed": 1, "partition": "pathological",
@@ -137,7 +139,7 @@ def test_error_feedback_residual_lives_on_the_node(tmp_path: Path) -> None:
 def test_lp_only_leaves_no_straggler_among_unsaturated(tmp_path: Path) -> None:
     grid, strat = _build(10, tmp_path, method="fedcg-lp-only", **{"fraction-train": 0.5})
     strat.train_round(grid, 1)
-    plan = strat._plan
+    plan = strat.plan_of(1)
     assert plan is not None
     finish = strat.finish_times(1, plan)
     t = max(finish.values())
@@ -176,3 +178,14 @@ def test_random_baselines_warm_up_only_when_asked(tmp_path: Path) -> None:
                              **{"fraction-train": 0.25, "fedcg.warmup-random": warm})
         assert strat.train_round(grid, 1).clients == expected
         assert strat.train_round(grid, 2).clients == 2
+
+
+def test_a_reply_for_another_round_finds_no_plan(tmp_path: Path) -> None:
+    """The plan belongs to its round (issue 13 §5: explicit state, not a stale hidden one)."""
+    grid, strat = _build(3, tmp_path, method="fedcg")
+    strat.train_round(grid, 1)
+    plan = strat.plan_of(1)
+    assert plan is not None and strat.plan_of(2) is None
+    pid = next(iter(plan.theta))
+    with pytest.raises(InvalidReply, match="not selected in round 2"):
+        strat.validate_reply(2, pid, RecordDict())

@@ -20,6 +20,7 @@ from bouquet.strategies import fedkseed as fk
 from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies.base import NodeReply
 from bouquet.tasks.classification import get_arrays
+from bouquet.wire import fedkseed as wk
 
 
 def config(tmp_path: Path, method: str = "fedkseed", **over: Any) -> dict[str, Any]:
@@ -53,10 +54,10 @@ def env_for(grid: LocalGrid) -> ClientEnv:
 
 # ---------------------------------------------------------------------------- seeds and setup
 def test_candidate_seeds_are_shared_and_distinct() -> None:
-    a, b = fk.candidate_seeds(42, 4096), fk.candidate_seeds(42, 4096)
+    a, b = wk.candidate_seeds(42, 4096), wk.candidate_seeds(42, 4096)
     assert np.array_equal(a, b) and a.dtype == np.int64
     assert len(np.unique(a)) == 4096 and a.min() > 0
-    assert not np.array_equal(a, fk.candidate_seeds(43, 4096))
+    assert not np.array_equal(a, wk.candidate_seeds(43, 4096))
 
 
 def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
@@ -77,64 +78,64 @@ def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
 def test_pairs_codec_round_trips_little_endian() -> None:
     idx = np.array([0, 5, 4095, 5], dtype=np.int64)
     grad = np.array([0.5, -1.25, 3e-8, 0.0], dtype=np.float64)
-    data = fk.pack_pairs(idx, grad)
+    data = wk.pack_pairs(idx, grad)
     assert data[:8] == (0).to_bytes(4, "little") + np.float32(0.5).astype("<f4").tobytes()
-    got_idx, got_grad = fk.unpack_pairs(data, 4096, 4)
+    got_idx, got_grad = wk.unpack_pairs(data, 4096, 4)
     np.testing.assert_array_equal(got_idx, idx)
     np.testing.assert_array_equal(got_grad, grad.astype(np.float32))
-    assert fk.unpack_pairs(b"", 4096, 4)[0].shape == (0,)
+    assert wk.unpack_pairs(b"", 4096, 4)[0].shape == (0,)
     with pytest.raises(ValueError, match="gradients"):
-        fk.pack_pairs(idx, grad[:-1])
+        wk.pack_pairs(idx, grad[:-1])
 
 
 @pytest.mark.parametrize(("label", "data", "match"), [
-    ("truncated", fk.pack_pairs(np.arange(3), np.ones(3))[:-1], "multiple of 8"),
-    ("half pair", fk.pack_pairs(np.arange(3), np.ones(3)) + b"\0" * 4, "multiple of 8"),
-    ("too many", fk.pack_pairs(np.arange(5), np.ones(5)), "more than the 4"),
-    ("negative", fk.pack_pairs(np.array([1, -1]), np.ones(2)), "outside"),
-    ("out of range", fk.pack_pairs(np.array([16]), np.ones(1)), "outside"),
-    ("nan", fk.pack_pairs(np.arange(2), np.array([1.0, np.nan])), "non-finite"),
-    ("inf", fk.pack_pairs(np.arange(2), np.array([-np.inf, 1.0])), "non-finite"),
+    ("truncated", wk.pack_pairs(np.arange(3), np.ones(3))[:-1], "multiple of 8"),
+    ("half pair", wk.pack_pairs(np.arange(3), np.ones(3)) + b"\0" * 4, "multiple of 8"),
+    ("too many", wk.pack_pairs(np.arange(5), np.ones(5)), "more than the 4"),
+    ("negative", wk.pack_pairs(np.array([1, -1]), np.ones(2)), "outside"),
+    ("out of range", wk.pack_pairs(np.array([16]), np.ones(1)), "outside"),
+    ("nan", wk.pack_pairs(np.arange(2), np.array([1.0, np.nan])), "non-finite"),
+    ("inf", wk.pack_pairs(np.arange(2), np.array([-np.inf, 1.0])), "non-finite"),
     ("list", [1, 2, 3, 4, 5, 6, 7, 8], "expected bytes"),
     ("str", "00" * 8, "expected bytes"),
 ])
 def test_unpack_pairs_rejects(label: str, data: object, match: str) -> None:
-    with pytest.raises(fk.v.InvalidReply, match=match):
-        fk.unpack_pairs(data, 16, 4)
+    with pytest.raises(wk.v.InvalidReply, match=match):
+        wk.unpack_pairs(data, 16, 4)
 
 
 def test_read_down_is_strict() -> None:
-    good = fk.down_record(np.arange(8.0), None)
-    acc, p = fk.read_down(RecordDict({fk.DOWN_RECORD: good}), 8)
+    good = wk.down_record(np.arange(8.0), None)
+    acc, p = wk.read_down(RecordDict({wk.DOWN_RECORD: good}), 8)
     np.testing.assert_array_equal(acc, np.arange(8.0))
     assert p is None
     bad = {
-        "wrong length": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(7))}),
-        "one byte more": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(8)) + b"\0"}),
-        "nan": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.full(8, np.nan))}),
-        "wrong type": ConfigRecord({fk.ACCUMULATOR: [0.0] * 8}),
-        "missing field": ConfigRecord({fk.PROBABILITIES: fk.pack_floats(np.ones(8))}),
-        "extra field": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(8)), "x": 1}),
-        "negative probability": fk.down_record(np.zeros(8), -np.ones(8)),
-        "short probabilities": ConfigRecord({fk.ACCUMULATOR: fk.pack_floats(np.zeros(8)),
-                                             fk.PROBABILITIES: fk.pack_floats(np.ones(4))}),
+        "wrong length": ConfigRecord({wk.ACCUMULATOR: wk.pack_floats(np.zeros(7))}),
+        "one byte more": ConfigRecord({wk.ACCUMULATOR: wk.pack_floats(np.zeros(8)) + b"\0"}),
+        "nan": ConfigRecord({wk.ACCUMULATOR: wk.pack_floats(np.full(8, np.nan))}),
+        "wrong type": ConfigRecord({wk.ACCUMULATOR: [0.0] * 8}),
+        "missing field": ConfigRecord({wk.PROBABILITIES: wk.pack_floats(np.ones(8))}),
+        "extra field": ConfigRecord({wk.ACCUMULATOR: wk.pack_floats(np.zeros(8)), "x": 1}),
+        "negative probability": wk.down_record(np.zeros(8), -np.ones(8)),
+        "short probabilities": ConfigRecord({wk.ACCUMULATOR: wk.pack_floats(np.zeros(8)),
+                                             wk.PROBABILITIES: wk.pack_floats(np.ones(4))}),
     }
     for label, rec in bad.items():
         with pytest.raises(ValueError):
-            fk.read_down(RecordDict({fk.DOWN_RECORD: rec}), 8)
+            wk.read_down(RecordDict({wk.DOWN_RECORD: rec}), 8)
             pytest.fail(label)
     with pytest.raises(ValueError, match="missing config record"):
-        fk.read_down(RecordDict({fk.DOWN_RECORD: MetricRecord({"x": 1.0})}), 8)
+        wk.read_down(RecordDict({wk.DOWN_RECORD: MetricRecord({"x": 1.0})}), 8)
 
 
 def test_client_rejects_a_downlink_of_the_wrong_length(tmp_path: Path) -> None:
     grid, strategy = setup(tmp_path, 2)
-    short = fk.down_record(np.zeros(31), None)  # the run has K=32
+    short = wk.down_record(np.zeros(31), None)  # the run has K=32
     orig = strategy.configure_round
 
     def configure(rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         out = orig(rnd, partitions)
-        out[1][fk.DOWN_RECORD] = short
+        out[1][wk.DOWN_RECORD] = short
         return out
 
     strategy.configure_round = configure  # type: ignore[method-assign]
@@ -208,21 +209,21 @@ def test_exact_payload_and_measured_bytes(tmp_path: Path, method: str, k: int, s
                                           ) -> None:
     down, up, up_bytes, down_bytes = one_round(tmp_path, method, k, steps)
     # uplink: exactly `steps` packed (int32 LE, float32 LE) pairs and one metrics record
-    assert set(up.keys()) == {fk.PAIRS_RECORD, "metrics"}
-    pairs = payload(up, fk.PAIRS_RECORD)
-    assert list(pairs) == [fk.PAIRS] and len(pairs[fk.PAIRS]) == 8 * steps
-    idx, grad = fk.unpack_pairs(pairs[fk.PAIRS], k, steps)
+    assert set(up.keys()) == {wk.PAIRS_RECORD, "metrics"}
+    pairs = payload(up, wk.PAIRS_RECORD)
+    assert list(pairs) == [wk.PAIRS] and len(pairs[wk.PAIRS]) == 8 * steps
+    idx, grad = wk.unpack_pairs(pairs[wk.PAIRS], k, steps)
     assert idx.dtype == np.int32 and grad.dtype == np.float32 and idx.shape == (steps,)
-    raw = np.frombuffer(pairs[fk.PAIRS], dtype=np.uint8).reshape(steps, 8)
+    raw = np.frombuffer(pairs[wk.PAIRS], dtype=np.uint8).reshape(steps, 8)
     np.testing.assert_array_equal(raw[:, :4].copy().view("<i4").reshape(-1), idx)
     np.testing.assert_array_equal(raw[:, 4:].copy().view("<f4").reshape(-1), grad)
     # downlink: K float32 (+K for Pro) and the round config, nothing model-sized
-    assert set(down.keys()) == {fk.DOWN_RECORD, "config"}
-    floats = payload(down, fk.DOWN_RECORD)
-    expected = [fk.ACCUMULATOR] + ([fk.PROBABILITIES] if method == "fedkseed-pro" else [])
+    assert set(down.keys()) == {wk.DOWN_RECORD, "config"}
+    floats = payload(down, wk.DOWN_RECORD)
+    expected = [wk.ACCUMULATOR] + ([wk.PROBABILITIES] if method == "fedkseed-pro" else [])
     assert sorted(floats) == sorted(expected)
     assert all(len(b) == 4 * k for b in floats.values())
-    acc, p = fk.read_down(down, k)
+    acc, p = wk.read_down(down, k)
     assert acc.shape == (k,) and (p is None) == (method == "fedkseed")
     # framing (record and field names, length prefixes, metrics, config) is small
     pay_up, pay_down = 8 * steps, 4 * k * len(expected)
@@ -264,7 +265,7 @@ def test_pro_probabilities_follow_the_reference_formula_on_a_planted_history(
     def reply(pid: int, pairs: list[tuple[int, float]]) -> NodeReply:
         idx = np.array([i for i, _ in pairs], dtype=np.int32)
         g = np.array([x for _, x in pairs], dtype=np.float32)
-        content = RecordDict({fk.PAIRS_RECORD: fk.pairs_record(idx, g),
+        content = RecordDict({wk.PAIRS_RECORD: wk.pairs_record(idx, g),
                               "metrics": MetricRecord({"num-examples": 10})})
         strategy.validate_reply(1, pid, content)
         return NodeReply(pid, pid, content, 0, 0)
@@ -286,7 +287,7 @@ def test_pro_probabilities_follow_the_reference_formula_on_a_planted_history(
     assert p.sum() == pytest.approx(1.0)
     assert p.max() / p.min() <= np.e + 1e-9  # a gentle bias
     assert np.argmax(p) == 5 and np.argmin(p) == 4  # clipped 40 dominates; 4 never sampled
-    _, sent = fk.read_down(strategy.configure_round(3, [0])[0], 6)
+    _, sent = wk.read_down(strategy.configure_round(3, [0])[0], 6)
     assert sent is not None
     np.testing.assert_allclose(sent, p, rtol=1e-6)
 
@@ -300,9 +301,9 @@ def test_pro_clients_sample_with_the_probabilities(tmp_path: Path) -> None:
     p = strategy.probabilities()
     assert p[7] == pytest.approx(np.e / (np.e + 31))
     cfg = resolve(grid.run_config).sections["fedkseed"]
-    msg = grid.sent[-1]
-    picks = client.seed_choices(msg, cfg, np.random.default_rng(0))
-    many = np.concatenate([client.seed_choices(msg, cfg, np.random.default_rng(s))
+    down = wk.read_down(grid.sent[-1].content, cfg.num_seeds)
+    picks = client.seed_choices(down, cfg, np.random.default_rng(0))
+    many = np.concatenate([client.seed_choices(down, cfg, np.random.default_rng(s))
                            for s in range(400)])
     assert picks.shape == (12,)
     assert np.mean(many == 7) == pytest.approx(p[7], abs=0.02)
@@ -399,3 +400,19 @@ def test_full_run_learns_and_reports_bytes(tmp_path: Path) -> None:
     first, last = lines[0], lines[-1]
     assert last["loss"] < first["loss"]  # federated evaluation on the nodes' test shares
     assert first["train_up_bytes_per_client"] > 8 * 40
+
+
+def test_a_client_round_decodes_its_downlink_once(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13 §5: the round reads ``A`` and Pro's probabilities from one decoded value."""
+    calls: list[int] = []
+
+    def counting(content: RecordDict, num_seeds: int) -> wk.Downlink:
+        calls.append(num_seeds)
+        return wk.read_down(content, num_seeds)
+
+    monkeypatch.setattr(client, "read_down", counting)
+    grid, strategy = setup(tmp_path, 1, "fedkseed-pro")
+    rlog = strategy.train_round(grid, 1)
+    assert rlog.clients == 1 and rlog.errors == 0
+    assert len(calls) == 1

@@ -24,7 +24,7 @@ from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.registry import methods
 from bouquet.clients import fedkseed as fedkseed_client
 from bouquet.strategies.base import BouquetStrategy, NodeReply
-from bouquet.strategies.validation import InvalidReply
+from bouquet.wire.validation import InvalidReply
 
 METHODS = sorted(methods())
 ROGUE = 1

@@ -12,7 +12,7 @@ import bouquet
 
 ROOT = Path(bouquet.__file__).parent
 HEAVY = ("torch", "transformers", "peft", "opacus", "sentence_transformers")
-SERVER_PACKAGES = ("strategies", "compression")
+SERVER_PACKAGES = ("strategies", "compression", "wire")
 #: privacy modules that run on servers too (numpy only)
 SERVER_PRIVACY = ("tree", "shuffle", "gaussian", "ledger")
 
@@ -103,3 +103,58 @@ def test_the_declaration_layer_imports_nothing_of_bouquet() -> None:
     """bouquet.registration sits under tasks/ and strategies/: it may import no bouquet module."""
     for name in ("registration.py", "schema.py"):
         assert {m for m in _imports(ROOT / name) if m.split(".")[0] == "bouquet"} == set(), name
+
+
+def _imported_names(path: Path, package: str) -> set[tuple[str, str]]:
+    """``(module, name)`` of every ``from <package>... import name`` in ``path``."""
+    out: set[tuple[str, str]] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
+                node.module == package or node.module.startswith(package + ".")):
+            out |= {(node.module, a.name) for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {(a.name, "*") for a in node.names if a.name.startswith(package)}
+    return out
+
+
+def test_the_wire_layer_imports_only_compression_and_schema() -> None:
+    """bouquet.wire sits under strategies/ and clients/: record names and codecs both sides use."""
+    allowed = ("bouquet.wire", "bouquet.compression", "bouquet.schema")
+    bad = [f"{path.name} imports {mod}" for path in (ROOT / "wire").rglob("*.py")
+           for mod in _imports(path)
+           if mod.split(".")[0] == "bouquet" and not any(mod == a or mod.startswith(a + ".")
+                                                         for a in allowed)]
+    assert bad == []
+
+
+#: What a client half may still take from bouquet.strategies, and why. Wire names and codecs come
+#: from bouquet.wire; what is left is (a) the method's settings sections, declared once beside the
+#: strategy that registers them, and (b) numpy math the node must compute exactly as the server
+#: does (one definition, not a twin): LinUCB's protocol derivation (it needs the privacy
+#: calibration of bouquet.privacy, which the wire layer may not import), SCAFFOLD's control step,
+#: the LoRA layout and merge, and the checkpoint format both sides persist their state in.
+CLIENT_USES_OF_STRATEGIES = {
+    "bouquet.strategies.compressed_fedavg": {"FedAvgCompressedConfig", "FedEFConfig"},
+    "bouquet.strategies.fedcg": {"FedcgConfig"},
+    "bouquet.strategies.fedkseed": {"FedKSeedConfig"},
+    "bouquet.strategies.scaffold": {"ScaffoldConfig", "ScallionConfig", "ScafcomConfig",
+                                    "control_step"},
+    "bouquet.strategies.lora": {"LoraConfig", "FedSBConfig", "Adapted", "adapted_modules",
+                                "head_names", "split_names", "lora_a_init", "merge", "lora_variant"},
+    "bouquet.strategies.linucb": {"LinUCBConfig", "DPLinUCBConfig", "Protocol", "make_protocol",
+                                  "announced_values", "confidence_radius", "env_section",
+                                  "VARIANTS", "variant_named",
+                                  "horizon_of"},
+    "bouquet.strategies.checkpoint": {"META_FILE", "CheckpointError", "load_checkpoint",
+                                      "save_checkpoint"},
+}
+
+
+def test_clients_take_only_configs_and_shared_math_from_strategies() -> None:
+    """No wire name or codec reaches a client through bouquet.strategies (issue 13 §5)."""
+    bad = []
+    for path in (ROOT / "clients").rglob("*.py"):
+        for module, name in _imported_names(path, "bouquet.strategies"):
+            if name not in CLIENT_USES_OF_STRATEGIES.get(module, set()):
+                bad.append(f"{path.name}: from {module} import {name}")
+    assert bad == []

@@ -15,7 +15,7 @@ from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.runner import build_strategy, initial_arrays, load_server_task
 from bouquet.clients.lora import build_adapted
 from bouquet.strategies import lora as L
-from bouquet.strategies.model import to_numpy
+from bouquet.wire.arrays import to_numpy
 
 NODES = 3
 VARIANT = {"fedit": "fedit", "ffa-lora": "ffa", "fed-sb": "fedsb"}

@@ -14,8 +14,9 @@ from bouquet.apps.client_app import app as client_app
 from bouquet.apps.config import resolve
 from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.runner import build_strategy, execute, initial_arrays, load_server_task
-from bouquet.strategies.base import HELLO_ACTION, INIT_ACTION, NotEnoughNodes
+from bouquet.strategies.base import NotEnoughNodes
 from bouquet.strategies.node_errors import error_text
+from bouquet.wire.actions import HELLO_ACTION, INIT_ACTION
 
 MISSING = "digits-mlp needs the frobnicator data (frob==1.0), which is not installed: pip install frob==1.0"
 

@@ -170,7 +170,7 @@ def test_variants_are_constructor_options() -> None:
     with pytest.raises(ValueError, match="selection"):
         FedCG(selection="greedy")
     private = FedLinUCB(privacy="ldp", context_dim=3, num_silos=4, discovery="query")
-    assert private.variant == "ldp" and private.method == "dp-fedlinucb-ldp"
+    assert private.variant.name == "ldp" and private.method == "dp-fedlinucb-ldp"
     with pytest.raises(ValueError, match="discovery='query'"):
         FedLinUCB(privacy="ldp", context_dim=3, num_silos=4)
     with pytest.raises(ValueError, match="context_dim"):

@@ -24,7 +24,7 @@ from bouquet.apps.runner import CHECKPOINT_DIR, build_strategy, execute, restore
 from bouquet.clients.persistence import MARKER, NodeStore, StateRestoreError, persist, restore
 from bouquet.strategies.base import NotEnoughNodes
 from bouquet.strategies.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from bouquet.strategies.model import to_record
+from bouquet.wire.arrays import to_record
 
 #: One method per family (with its privacy switch where it has one).
 FAMILIES: dict[str, dict[str, Any]] = {

@@ -28,9 +28,9 @@ from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
 from bouquet.clients.persistence import NodeStore, persist, restore
-from bouquet.strategies.base import INIT_ACTION
-from bouquet.strategies.model import to_record
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
+from bouquet.wire.actions import ACTION_KEY, INIT_ACTION
+from bouquet.wire.arrays import to_record
 
 app = ClientApp()
 
@@ -161,7 +161,7 @@ def evaluate(msg: Message, context: Context) -> Message:
 def query(msg: Message, context: Context) -> Message:
     """Answer hello / initial-arrays, or pass the action to the method."""
     cfg, env = environment(context)
-    action = message_config(msg).get("action", "")
+    action = message_config(msg).get(ACTION_KEY, "")
     if is_hello(msg):
         size = env.task.num_examples(env.partition_id, env.num_partitions, env.common)
         return answer_hello(msg, context, num_examples=int(size), partition_id=env.partition_id,

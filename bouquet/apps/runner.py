@@ -35,8 +35,8 @@ from bouquet.strategies.base import (
     initial_arrays_from_nodes,
 )
 from bouquet.strategies.checkpoint import load_checkpoint
-from bouquet.strategies.model import to_numpy, to_record
 from bouquet.strategies.rounds import EvaluateFn
+from bouquet.wire.arrays import to_numpy, to_record
 
 
 def run_dir_for(cfg: RunConfig, run_id: int | None = None) -> Path:

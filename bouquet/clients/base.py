@@ -21,8 +21,9 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from bouquet.node_state import NodeState
 from bouquet.schema import CommonConfig
-from bouquet.strategies.model import to_numpy
 from bouquet.tasks.protocols import BanditTask, EvaluatedTask, SupervisedTask, Task, require_kind
+from bouquet.wire.actions import ACTION_KEY
+from bouquet.wire.arrays import to_numpy
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ class ClientProcedure:
 
     def query(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Answer a method-specific query action (``config['action']``)."""
-        action = msg.content["config"].get("action", "")
+        action = msg.content["config"].get(ACTION_KEY, "")
         raise ValueError(f"{type(self).__name__} does not answer query action {action!r}")
 
 

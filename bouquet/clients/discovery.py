@@ -1,9 +1,9 @@
 """The node's answer to ``discovery="query"``: its partition id and data size.
 
 A strategy built with ``discovery="query"`` asks every new node once, with a ``query`` message
-whose ``config["action"]`` is ``bouquet.hello``, which partition it holds and how many training
-examples it has (:mod:`bouquet.strategies.base`). Per-node server state then follows the
-partition across node restarts, sampling is reproducible in simulation (where Flower's node ids
+whose ``config["action"]`` is ``bouquet.hello`` (:mod:`bouquet.wire.actions`), which partition it
+holds and how many training examples it has (:mod:`bouquet.strategies.base`). Per-node server
+state then follows the partition across node restarts, sampling is reproducible in simulation (where Flower's node ids
 are random), and the declared size bounds the node's weight and local steps. bouquet's own
 ClientApp answers it; a user's ClientApp adds::
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from bouquet.strategies.base import HELLO_ACTION
+from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
 
 
 def is_hello(msg: Message) -> bool:
     """Whether ``msg`` is a strategy's discovery query."""
     cfg = msg.content.config_records.get("config") if "config" in msg.content else None
-    return isinstance(cfg, ConfigRecord) and cfg.get("action") == HELLO_ACTION
+    return isinstance(cfg, ConfigRecord) and cfg.get(ACTION_KEY) == HELLO_ACTION
 
 
 def answer_hello(msg: Message, context: Context, *, num_examples: int,

@@ -15,8 +15,8 @@ from torch import nn
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.local_training import LocalSchedule, examples_in, reply
 from bouquet.clients.task_inputs import task_inputs
-from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
+from bouquet.wire.arrays import to_numpy, to_record
 
 
 def local_round(msg: Message, model: nn.Module, batches: Iterable[Any], loss_fn: BatchLoss,

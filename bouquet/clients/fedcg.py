@@ -23,18 +23,18 @@ from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_
 from bouquet.clients.local_training import LocalSchedule, examples_in, node_index, reply
 from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import ErrorFeedback, to_array_record
-from bouquet.strategies.fedcg import (
+from bouquet.strategies.fedcg import FedcgConfig
+from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
+from bouquet.wire.arrays import to_numpy
+from bouquet.wire.fedcg import (
     PAYLOAD_RECORD,
     RATIO_KEY,
     STEP_TIME_METRIC,
     UPLINK_METRIC,
     UPLINK_NODE_KEY,
-    FedcgConfig,
     wire_compressor,
 )
-from bouquet.strategies.flat import Layout
-from bouquet.strategies.model import to_numpy
-from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
+from bouquet.wire.flat import Layout
 
 #: Random stream of the compressor (top-k draws nothing; kept for other compressors).
 _COMPRESS_STREAM = 17

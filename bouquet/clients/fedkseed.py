@@ -4,8 +4,8 @@ A node rebuilds the global model ``w = w0 - lr * sum_k A[k] z(s_k)`` from the ac
 in the message, runs ``fedkseed.local-steps`` two-point zeroth-order steps, each along one
 candidate seed (uniform, or with the server's probabilities for Pro), and replies with its
 (seed index, scalar gradient) pairs, packed as bytes by the strategy module's codec
-(:func:`bouquet.strategies.fedkseed.pack_pairs`; the accumulator arrives as float32 bytes, read by
-:func:`~bouquet.strategies.fedkseed.read_down`).
+(:func:`bouquet.wire.fedkseed.pack_pairs`; the accumulator arrives as float32 bytes, read by
+:func:`~bouquet.wire.fedkseed.read_down`).
 
 The rebuilt model is kept in the process (a cache, not node memory: any node served by the process
 may use it) together with the coefficients ``applied`` it holds, so that the next message only
@@ -42,13 +42,8 @@ from bouquet.clients.local_training import (
 )
 from bouquet.clients.task_inputs import TaskBatches
 from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
-from bouquet.strategies.fedkseed import (
-    PAIRS_RECORD,
-    FedKSeedConfig,
-    candidate_seeds,
-    pairs_record,
-    read_down,
-)
+from bouquet.strategies.fedkseed import FedKSeedConfig
+from bouquet.wire.fedkseed import PAIRS_RECORD, Downlink, candidate_seeds, pairs_record, read_down
 
 log = logging.getLogger("bouquet")
 
@@ -144,9 +139,9 @@ def sync(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig, target:
     return rep, replayed
 
 
-def seed_choices(msg: Message, cfg: FedKSeedConfig, rng: np.random.Generator) -> np.ndarray:
+def seed_choices(down: Downlink, cfg: FedKSeedConfig, rng: np.random.Generator) -> np.ndarray:
     """Seed index of every local step: uniform with replacement, or Pro's probabilities."""
-    _, p = read_down(msg.content, cfg.num_seeds)
+    p = down.probabilities
     if p is not None:
         return rng.choice(cfg.num_seeds, size=cfg.local_steps, p=p / p.sum())
     return rng.integers(0, cfg.num_seeds, size=cfg.local_steps)
@@ -158,11 +153,12 @@ def local_round(msg: Message, context: Context, key: tuple[Any, ...], source: Mo
     """Zeroth-order steps from the rebuilt global model; the (index, g) pairs and metrics."""
     rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
     n = examples_in(batches, num_examples)
-    rep, replayed = sync(key, source, cfg, read_down(msg.content, cfg.num_seeds)[0])
+    down = read_down(msg.content, cfg.num_seeds)  # decoded once, passed on
+    rep, replayed = sync(key, source, cfg, down.accumulator)
     seeds = _seeds(cfg.master_seed, cfg.num_seeds)
     pid = node_index(context)
     rng = np.random.default_rng([seed, rnd, pid, 0x5EED])
-    choices = seed_choices(msg, cfg, rng)
+    choices = seed_choices(down, cfg, rng)
     stream = batch_stream(batches)
     model = rep.model
     model.eval()
@@ -246,7 +242,7 @@ def global_model(msg: Message, model: ModelSource, *, model_key: str | None = No
     """
     cfg = section_from(FedKSeedConfig, options, _SERVER_ONLY)
     rep, _ = sync(_user_key(model, model_key, cfg), model, cfg,
-                  read_down(msg.content, cfg.num_seeds)[0])
+                  read_down(msg.content, cfg.num_seeds).accumulator)
     return rep.model
 
 
@@ -280,7 +276,7 @@ class FedKSeedClient(ClientProcedure):
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Rebuild the global model from ``A`` and evaluate it on this node's test share."""
         cfg: FedKSeedConfig = env.section("fedkseed")
-        rep, _ = sync_task(env, cfg, read_down(msg.content, cfg.num_seeds)[0])
+        rep, _ = sync_task(env, cfg, read_down(msg.content, cfg.num_seeds).accumulator)
         local = env.local_data()
         metrics = env.evaluated().evaluate_model(rep.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])

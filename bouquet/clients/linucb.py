@@ -46,6 +46,7 @@ from bouquet.clients.local_training import node_index, reply, section_from
 from bouquet.privacy import shuffle, tree
 from bouquet.privacy.dp_config import DP_SEED_KEY
 from bouquet.strategies.linucb import (
+    VARIANTS,
     DPLinUCBConfig,
     LinUCBConfig,
     Protocol,
@@ -54,9 +55,11 @@ from bouquet.strategies.linucb import (
     env_section,
     horizon_of,
     make_protocol,
+    variant_named,
 )
-from bouquet.strategies.model import to_numpy, to_record
 from bouquet.tasks.bandits import Block
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.linucb import CODES, GLOBAL_RECORD, GRAM, NODE_RECORD, REGRET_METRIC, VEC
 
 
 @runtime_checkable
@@ -231,25 +234,23 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
     if done >= rnd:
         raise ValueError(f"silo already answered round {done}; round {rnd} comes too late")
 
-    shared = to_numpy(msg.content["global"])  # type: ignore[arg-type]
-    gram, vec = shared["gram"], shared["vec"]
+    shared = to_numpy(msg.content[GLOBAL_RECORD])  # type: ignore[arg-type]
+    gram, vec = shared[GRAM], shared[VEC]
     if gram.shape != (proto.dim, proto.dim) or vec.shape != (proto.dim,):
         raise ValueError(f"global statistics of shape {gram.shape}, expected d={proto.dim}")
     xs, ys, regret = linucb_steps(source, gram, vec, proto, lin, (rnd - 1) * proto.batch + 1,
                                   rnd=rnd)
     rng = noise_rng(context, seed, pid, rnd)
-    if proto.variant == "sdp-vecsum":
+    if proto.variant.sends_codes:
         node = _vecsum_node(state, proto, done, rnd, xs, ys, rng)
     else:
         node = _tree_node(state, proto, done, rnd, xs, ys, rng)
     cum = float(progress.get("cum-regret", 0.0)) + regret
     state.set_values("progress", {"round": rnd, "cum-regret": cum})
-    metrics = MetricRecord({"cum-regret": cum, "num-examples": proto.batch})
-    return RecordDict({"node": to_record(node), "metrics": metrics})
+    metrics = MetricRecord({REGRET_METRIC: cum, "num-examples": proto.batch})
+    return RecordDict({NODE_RECORD: to_record(node), "metrics": metrics})
 
 
-#: Privacy variants: ``none`` (FedLinUCB), ``ldp``, ``sdp-amp``, ``sdp-vecsum``.
-VARIANTS = ("none", "ldp", "sdp-amp", "sdp-vecsum")
 #: ``linucb`` keys only the server reads.
 _SERVER_ONLY = frozenset({"max_step_regret"})
 
@@ -288,20 +289,19 @@ def train(msg: Message, context: Context, source: RewardSource, *, context_dim: 
         ``node`` (the released tree node or vector-sum codes) and ``metrics``.
 
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r}: allowed {', '.join(VARIANTS)}")
+    kind = variant_named(variant)
     dp_fields = {f.name for f in dataclasses.fields(DPLinUCBConfig)}
     dp_options = {k: v for k, v in options.items() if k.replace("-", "_") in dp_fields}
-    if dp_options and variant == "none":
+    if dp_options and not kind.private:
         raise TypeError(f"options {sorted(dp_options)} need a private variant")
     lin = section_from(LinUCBConfig, {k: v for k, v in options.items() if k not in dp_options},
                        _SERVER_ONLY)
     if lin.horizon_rounds < 1:
         raise ValueError("pass horizon_rounds= (the synchronisations the run plans for)")
     num_silos = own_num_silos(context, lin)
-    if not num_silos and variant == "none":
+    if not num_silos and not kind.private:
         num_silos = int(message_config(msg).get("num-silos", 1))  # type: ignore[arg-type]
-    dp = section_from(DPLinUCBConfig, dp_options) if variant != "none" else None
+    dp = section_from(DPLinUCBConfig, dp_options) if kind.private else None
     proto = make_protocol(variant, lin, dp, int(context_dim), num_silos, lin.horizon_rounds)
     namespace = str(message_config(msg).get("method", "linucb"))
     return reply(msg, silo_round(msg, context, source, proto, lin, seed=seed,
@@ -319,7 +319,7 @@ class FedLinUCBClient(ClientProcedure):
         lin: LinUCBConfig = env.section("linucb")
         horizon = horizon_of(lin, env.common.num_server_rounds)
         num_silos = own_num_silos(context, lin)
-        if not num_silos and self.variant == "none":
+        if not num_silos and not VARIANTS[self.variant].private:
             num_silos = int(cfg.get("num-silos", 1))  # type: ignore[arg-type]
         dim = int(env_section(env.sections).context_dim)
         return make_protocol(self.variant, lin, env.sections.get("dp-linucb"), dim, num_silos,
@@ -349,7 +349,7 @@ def _tree_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.nd
     state.set_arrays("tree", silo.state())
     noisy = exact + tree.gaussian_node_noise(rng, proto.dim, proto.sigma)
     gram, vec = tree.unpack(noisy, proto.dim)
-    return {"gram": np.ascontiguousarray(gram), "vec": np.ascontiguousarray(vec)}
+    return {GRAM: np.ascontiguousarray(gram), VEC: np.ascontiguousarray(vec)}
 
 # ---------------------------------------------------------------------- vector sum
 def _vecsum_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.ndarray,
@@ -375,7 +375,7 @@ def _vecsum_node(state: NodeState, proto: Protocol, done: int, rnd: int, xs: np.
     if params.max_code() >= np.iinfo(np.int32).max:
         raise ValueError("vector-sum codes overflow int32; raise epsilon or lower delta")
     codes = params.encode(np.concatenate(window), rng).astype(np.int32)
-    return {"codes": codes}
+    return {CODES: codes}
 
 
 class LDPFedLinUCBClient(FedLinUCBClient):

@@ -30,9 +30,20 @@ from torch import nn
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
 from bouquet.privacy.dp import ExampleLossFn, LossFn
 from bouquet.privacy.dp_config import DP_MAX_EPSILON_KEY, DP_SEED_KEY, DPConfig
-from bouquet.strategies import lora as L
-from bouquet.strategies.model import to_numpy, to_record
+from bouquet.strategies.lora import (
+    Adapted,
+    FedSBConfig,
+    LoraConfig,
+    adapted_modules,
+    head_names,
+    lora_a_init,
+    lora_variant,
+    merge,
+    split_names,
+)
 from bouquet.tasks.torch_utils import generator
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.lora import FRAME_ID_KEY, FRAME_RECORD, GRADS_RECORD, PHASE_INIT, PHASE_TRAIN
 
 
 @dataclasses.dataclass
@@ -40,7 +51,7 @@ class AdaptedModel:
     """A model with LoRA layers and the canonical name -> parameter map of what travels."""
 
     model: nn.Module
-    adapted: list[L.Adapted]
+    adapted: list[Adapted]
     head: dict[str, tuple[int, ...]]
     params: dict[str, torch.Tensor]
 
@@ -52,7 +63,7 @@ class AdaptedModel:
     def merged(self, variant: str, fixed: dict[str, np.ndarray], s: float,
                base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Merged full weights (numpy), as the server computes them."""
-        return L.merge(variant, base, self.adapted, self.arrays(), fixed, s)
+        return merge(variant, base, self.adapted, self.arrays(), fixed, s)
 
 
 class FramedA(nn.Linear):
@@ -76,7 +87,7 @@ def _layer_tensors(layer: nn.Module) -> tuple[nn.Linear, nn.Linear]:
     return layer.lora_A["default"], layer.lora_B["default"]  # type: ignore[index,return-value]
 
 
-def build_adapted(task: Any | None, variant: str, cfg: L.LoraConfig, arrays: dict[str, np.ndarray],
+def build_adapted(task: Any | None, variant: str, cfg: LoraConfig, arrays: dict[str, np.ndarray],
                   fixed: dict[str, np.ndarray], model: nn.Module | None = None) -> AdaptedModel:
     """Copy the task's model, inject LoRA, load ``arrays`` (travelling) and ``fixed`` (frozen).
 
@@ -104,14 +115,15 @@ def build_adapted(task: Any | None, variant: str, cfg: L.LoraConfig, arrays: dic
             raise ValueError("build_adapted needs a model or a task")
         model = task.build_model()
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    adapted = L.adapted_modules(shapes, L.split_names(cfg.target_modules))
-    head = {k: shapes[k] for k in L.head_names(shapes, L.split_names(cfg.head_modules))}
+    adapted = adapted_modules(shapes, split_names(cfg.target_modules))
+    head = {k: shapes[k] for k in head_names(shapes, split_names(cfg.head_modules))}
     peft_cfg = PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha or cfg.rank,  # type: ignore[arg-type]
                               lora_dropout=0.0,
                               target_modules=[a.module for a in adapted], bias="none")
     model = inject_adapter_in_model(peft_cfg, model)
     for p in model.parameters():
         p.requires_grad_(False)
+    kind = lora_variant(variant)
     params: dict[str, torch.Tensor] = {}
     named = dict(model.named_parameters())
     with torch.no_grad():
@@ -119,7 +131,7 @@ def build_adapted(task: Any | None, variant: str, cfg: L.LoraConfig, arrays: dic
             layer = model.get_submodule(a.module)
             lin_a, lin_b = _layer_tensors(layer)
             mod = a.module
-            if variant == "fedsb":
+            if kind.framed:
                 framed = FramedA(lin_a, cfg.rank)
                 layer.lora_A["default"] = framed  # type: ignore[index,operator,assignment]
                 lin_r = framed.lora_R
@@ -128,10 +140,11 @@ def build_adapted(task: Any | None, variant: str, cfg: L.LoraConfig, arrays: dic
                 lin_r.weight.copy_(torch.from_numpy(arrays[f"{mod}.lora_R"]))
                 params[f"{mod}.lora_R"] = lin_r.weight
             else:
-                src_a = arrays if variant == "fedit" else fixed
+                a_travels = "lora_A" in kind.sends
+                src_a = arrays if a_travels else fixed
                 lin_a.weight.copy_(torch.from_numpy(src_a[f"{mod}.lora_A"]))
                 lin_b.weight.copy_(torch.from_numpy(arrays[f"{mod}.lora_B"]))
-                if variant == "fedit":
+                if a_travels:
                     params[f"{mod}.lora_A"] = lin_a.weight
                 params[f"{mod}.lora_B"] = lin_b.weight
         for k in head:
@@ -142,9 +155,9 @@ def build_adapted(task: Any | None, variant: str, cfg: L.LoraConfig, arrays: dic
     return AdaptedModel(model, adapted, head, params)
 
 
-def ffa_fixed(adapted: list[L.Adapted], rank: int, seed: int) -> dict[str, np.ndarray]:
+def ffa_fixed(adapted: list[Adapted], rank: int, seed: int) -> dict[str, np.ndarray]:
     """FFA-LoRA's frozen A of every matrix, derived from the run seed (never sent)."""
-    return {f"{a.module}.lora_A": L.lora_a_init(seed, i, rank, a.n)
+    return {f"{a.module}.lora_A": lora_a_init(seed, i, rank, a.n)
             for i, a in enumerate(adapted)}
 
 
@@ -188,8 +201,8 @@ class LoraJob:
     y: torch.Tensor
     loss_fn: LossFn
     example_loss_fn: ExampleLossFn | None
-    lora: L.LoraConfig
-    fed_sb: L.FedSBConfig
+    lora: LoraConfig
+    fed_sb: FedSBConfig
     dp: DPConfig | None
     seed: int
     partition_id: int
@@ -229,7 +242,7 @@ def task_job(env: ClientEnv) -> LoraJob:
     return LoraJob(
         model=task.build_model, x=local.x_train, y=local.y_train, loss_fn=task.loss,
         example_loss_fn=example_losses_of(task) if dp is not None and dp.enabled else None,
-        lora=env.section("lora"), fed_sb=env.sections.get("fed-sb") or L.FedSBConfig(), dp=dp,
+        lora=env.section("lora"), fed_sb=env.sections.get("fed-sb") or FedSBConfig(), dp=dp,
         seed=env.common.seed, partition_id=env.partition_id, batch_size=env.common.batch_size,
         steps=int(task.num_steps(env.common, local.num_train)), lr=env.common.lr,
         num_server_rounds=env.common.num_server_rounds)
@@ -242,16 +255,17 @@ class LoraClient(ClientProcedure):
 
     # ------------------------------------------------------------------ set-up
     def fixed(self, msg: Message, context: Context, job: LoraJob,
-              adapted: list[L.Adapted]) -> dict[str, np.ndarray]:
+              adapted: list[Adapted]) -> dict[str, np.ndarray]:
         """The frozen arrays: FFA's A from the seed; Fed-SB's frame (message or node state)."""
-        if self.variant == "ffa":
+        kind = lora_variant(self.variant)
+        if kind.seeded_frozen_a:
             return ffa_fixed(adapted, job.lora.rank, job.seed)
-        if self.variant != "fedsb":
+        if not kind.framed:
             return {}
         state = NodeState(context, "fed-sb")
-        want = int(message_config(msg).get(L.FRAME_ID_KEY, 0))  # type: ignore[arg-type]
-        if L.FRAME_RECORD in msg.content:
-            frame = to_numpy(msg.content[L.FRAME_RECORD])  # type: ignore[arg-type]
+        want = int(message_config(msg).get(FRAME_ID_KEY, 0))  # type: ignore[arg-type]
+        if FRAME_RECORD in msg.content:
+            frame = to_numpy(msg.content[FRAME_RECORD])  # type: ignore[arg-type]
             state.set_arrays("frame", frame)
             state.set_values("frame-meta", {"id": want})
             return frame
@@ -268,7 +282,7 @@ class LoraClient(ClientProcedure):
         arrays = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
         model = job.build()
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        adapted = L.adapted_modules(shapes, L.split_names(job.lora.target_modules))
+        adapted = adapted_modules(shapes, split_names(job.lora.target_modules))
         fixed = self.fixed(msg, context, job, adapted)
         return build_adapted(None, self.variant, job.lora, arrays, fixed, model=model)
 
@@ -282,7 +296,7 @@ class LoraClient(ClientProcedure):
         config = message_config(msg)
         rnd = int(config["server-round"])  # type: ignore[arg-type]
         _require_dp(context, job.dp, job.partition_id)
-        if config.get("phase", L.PHASE_TRAIN) == L.PHASE_INIT:
+        if config.get("phase", PHASE_TRAIN) == PHASE_INIT:
             return self.init_gradient(msg, context, job, rnd)
         am = self.adapted_model(msg, context, job)
         dp = job.dp
@@ -319,7 +333,7 @@ class LoraClient(ClientProcedure):
         """Fed-SB round 0: summed gradients of the adapted full matrices (private if DP is on)."""
         model = job.build()
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        adapted = L.adapted_modules(shapes, L.split_names(job.lora.target_modules))
+        adapted = adapted_modules(shapes, split_names(job.lora.target_modules))
         heads = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
         named = dict(model.named_parameters())
         for p in model.parameters():
@@ -364,7 +378,7 @@ class LoraClient(ClientProcedure):
         out = {a.module: g.detach().numpy().astype(np.float32) for a, g in zip(adapted, grads,
                                                                                strict=True)}
         metrics["num-examples"] = max(used, 1)
-        return RecordDict({L.GRADS_RECORD: to_record(out), "metrics": MetricRecord(metrics)})
+        return RecordDict({GRADS_RECORD: to_record(out), "metrics": MetricRecord(metrics)})
 
     # ------------------------------------------------------------------ privacy
     def _accountant(self, context: Context, job: LoraJob, dp: DPConfig) -> tuple[Any, float]:
@@ -384,7 +398,7 @@ class LoraClient(ClientProcedure):
 
     def _extra_steps(self, job: LoraJob) -> int:
         """DP steps beyond training: Fed-SB's private init gradient."""
-        if self.variant == "fedsb" and job.fed_sb.init == "svd":
+        if lora_variant(self.variant).framed and job.fed_sb.init == "svd":
             return 1
         return 0
 
@@ -477,12 +491,12 @@ def public_round(client: LoraClient, msg: Message, context: Context, model: Mode
                  target_modules: str | Sequence[str], head_modules: str | Sequence[str],
                  lr: float, local_steps: int, local_epochs: int, batch_size: int, seed: int,
                  dp: DPConfig | Mapping[str, Any] | None, example_loss_fn: ExampleLossFn | None,
-                 num_server_rounds: int, fed_sb: L.FedSBConfig | None = None,
+                 num_server_rounds: int, fed_sb: FedSBConfig | None = None,
                  **options: Any) -> Message:
     """Run ``client``'s round on the user's model and rows and wrap the reply."""
     from bouquet.clients.local_training import LocalSchedule, node_index, reply, section_from
 
-    lora = section_from(L.LoraConfig, {**options, "target_modules": _names(target_modules),
+    lora = section_from(LoraConfig, {**options, "target_modules": _names(target_modules),
                                        "head_modules": _names(head_modules)},
                         _LORA_SERVER_ONLY)
     if dp is not None and not isinstance(dp, DPConfig):
@@ -493,7 +507,7 @@ def public_round(client: LoraClient, msg: Message, context: Context, model: Mode
                          f"{len(y)}")
     steps = schedule.local_steps or max(1, local_epochs * int(np.ceil(len(y) / batch_size)))
     job = LoraJob(model=model, x=x, y=y, loss_fn=loss_fn, example_loss_fn=example_loss_fn,
-                  lora=lora, fed_sb=fed_sb or L.FedSBConfig(), dp=dp, seed=seed,
+                  lora=lora, fed_sb=fed_sb or FedSBConfig(), dp=dp, seed=seed,
                   partition_id=node_index(context), batch_size=batch_size, steps=steps,
                   lr=lr, num_server_rounds=num_server_rounds)
     return reply(msg, client.run(msg, context, job))

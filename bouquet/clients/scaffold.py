@@ -30,16 +30,12 @@ from bouquet.clients.local_training import (
 from bouquet.clients.staged_state import StagedState
 from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import Compressor, make_compressor, to_array_record
-from bouquet.strategies.flat import Layout
-from bouquet.strategies.model import to_numpy
-from bouquet.strategies.scaffold import (
-    CONTROL_KEY,
-    CONTROL_RECORD,
-    ScaffoldConfig,
-    control_step,
-)
-from bouquet.strategies.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
+from bouquet.strategies.scaffold import ScaffoldConfig, control_step
 from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
+from bouquet.wire.arrays import to_numpy
+from bouquet.wire.flat import Layout
+from bouquet.wire.scaffold import CONTROL_KEY, CONTROL_RECORD
+from bouquet.wire.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
 
 #: Stream tag of the compressor's random generator (distinct from the data shuffling stream).
 _COMPRESSOR_STREAM = 0x5CAF

@@ -43,7 +43,6 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from bouquet.schema import CommonConfig
-from bouquet.strategies import validation as v
 from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies.arguments import (
     BASE_COMMON_KEYS,
@@ -56,7 +55,9 @@ from bouquet.strategies.arguments import (
 )
 from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.rounds import EvaluateFn, RoundCallback, run_rounds
-from bouquet.strategies.validation import InvalidReply
+from bouquet.wire import validation as v
+from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION, INIT_ACTION
+from bouquet.wire.validation import InvalidReply
 
 log = logging.getLogger("bouquet")
 
@@ -74,12 +75,6 @@ def use_flower_logging(logger: logging.Logger = log) -> None:
 
 
 use_flower_logging()
-
-#: ``query`` action every ClientApp answers with its partition id and data size.
-HELLO_ACTION = "bouquet.hello"
-#: ``query`` action asking a node for the task's initial model (servers without torch).
-INIT_ACTION = "bouquet.initial-arrays"
-
 
 class NotEnoughNodes(RuntimeError):
     """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``.
@@ -408,7 +403,7 @@ class BouquetStrategy(Strategy):
     def _hello(self, grid: Grid, node_ids: list[int]) -> None:
         msgs = [
             Message(
-                RecordDict({"config": ConfigRecord({"action": HELLO_ACTION,
+                RecordDict({"config": ConfigRecord({ACTION_KEY: HELLO_ACTION,
                                                     "method": self.method})}),
                 dst_node_id=n,
                 message_type=MessageType.QUERY,
@@ -569,7 +564,7 @@ class BouquetStrategy(Strategy):
         scalars), the weight (:meth:`check_weight`), the method's :meth:`validate_reply`, and
         the norm screen (:meth:`screen_norms`); the aggregate is rolled back if it leaves a
         non-finite global state. Evaluation replies pass
-        :func:`~bouquet.strategies.validation.evaluation_reply`. Error replies are mapped to
+        :func:`~bouquet.wire.validation.evaluation_reply`. Error replies are mapped to
         their node through ``reply_to_message_id``, messages without a reply are counted
         missing, and every refused reply is named in ``failures``. The phase stays in
         :attr:`pending` while its replies are admitted (a method whose phases expect different
@@ -849,7 +844,7 @@ def initial_arrays_from_nodes(grid: Grid, *, timeout: float, deadline: float,
         fresh = [n for n in sorted(grid.get_node_ids()) if n not in asked][:ask]
         if fresh:
             asked += fresh
-            msgs = [Message(RecordDict({"config": ConfigRecord({"action": INIT_ACTION})}),
+            msgs = [Message(RecordDict({"config": ConfigRecord({ACTION_KEY: INIT_ACTION})}),
                             dst_node_id=n, message_type=MessageType.QUERY) for n in fresh]
             replies, missing = send_and_collect(grid, msgs, timeout=timeout)
             for n in missing:

@@ -20,7 +20,8 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from bouquet.schema import key
 from bouquet.strategies.base import NodeReply, StrategySetup, train_metrics
-from bouquet.strategies.model import ModelStrategy, to_numpy
+from bouquet.strategies.model import ModelStrategy
+from bouquet.wire.arrays import to_numpy
 
 
 @dataclasses.dataclass(frozen=True)

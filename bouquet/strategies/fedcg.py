@@ -34,15 +34,12 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from bouquet.compression import Compressor, Identity, PayloadError, TopK, decode_record
-from bouquet.compression.base import count_for
+from bouquet.compression import PayloadError, TopK, decode_record
 from bouquet.compression.bitpack import index_width
 from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import NodeReply, Parsed, StrategySetup
-from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.system_model import (
     MeasuredProfile,
@@ -50,16 +47,15 @@ from bouquet.strategies.system_model import (
     TimeModel,
     round_time,
 )
-
-#: Record holding the compressed update in a reply.
-PAYLOAD_RECORD = "payload"
-#: Config key of the keep-ratio sent to each client.
-RATIO_KEY = "fedcg.ratio"
-#: Reply metrics a node adds for the measured system model.
-STEP_TIME_METRIC = "step-time-s"
-UPLINK_METRIC = "uplink-mbps"
-#: Node-config key a deployed node may set to report its uplink (megabits per second).
-UPLINK_NODE_KEY = "uplink-mbps"
+from bouquet.wire import validation as v
+from bouquet.wire.fedcg import (
+    PAYLOAD_RECORD,
+    RATIO_KEY,
+    STEP_TIME_METRIC,
+    UPLINK_METRIC,
+    wire_compressor,
+)
+from bouquet.wire.flat import Layout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +105,17 @@ class FedcgConfig:
         0.5, "weight of a node's new report in the measured estimates", min=0.0, max=1.0)
 
 
-def wire_compressor(ratio: float, dim: int) -> Compressor:
-    """Return the wire compressor at ``ratio``: identity if every coordinate is kept, else top-k."""
-    k = count_for(ratio, 0, dim)
-    return Identity() if k >= dim else TopK(k=k)
+@dataclasses.dataclass(frozen=True)
+class PlannedRound:
+    """The plan (selection, ratios, weights) of the round whose replies are awaited.
+
+    Made when the round's partitions are chosen, read by ``configure_round`` (the ratios sent),
+    ``validate_reply`` (the ratio each reply must respect) and ``aggregate_round`` (the weights);
+    a reply for any other round finds no plan.
+    """
+
+    round: int
+    plan: fedcg_plan.RoundPlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,9 +150,9 @@ class FedCG(ModelStrategy):
         self.sim_time = 0.0
         self.time_after: dict[int, float] = {}
         self.accuracy: dict[int, float] = {}
-        # The plan of the round in progress (transient: only aggregate_round commits it).
-        self._plan: fedcg_plan.RoundPlan | None = None
-        self._plan_round = 0
+        #: The plan of the round in progress (transient, never checkpointed: only
+        #: aggregate_round commits what it decided).
+        self.planned: PlannedRound | None = None
         super().__init__(**kwargs)
         cfg = self.cfg
         variant: FedCGOptions = self.option
@@ -226,14 +229,20 @@ class FedCG(ModelStrategy):
             times = self.client_times(rnd, available)
             weights = {p: self.client_weight(p) for p in set(available) | set(self.signals)}
             plan = fedcg_plan.plan_joint(times, k, self.signals, weights, self.last_ratio, s, rng)
-        self._plan, self._plan_round = plan, rnd
+        self.planned = PlannedRound(rnd, plan)
         return plan.selected
+
+    def plan_of(self, rnd: int) -> fedcg_plan.RoundPlan | None:
+        """The plan of round ``rnd`` (None when that round was not planned)."""
+        planned = self.planned
+        return planned.plan if planned is not None and planned.round == rnd else None
 
     def configure_round(self, rnd: int, partitions: list[int]) -> dict[int, RecordDict]:
         """Send the global model and each selected client's keep-ratio."""
-        if self._plan is None or self._plan_round != rnd:
+        plan = self.plan_of(rnd)
+        if plan is None:
             self.choose_partitions(rnd, partitions)
-        plan = self._plan
+            plan = self.plan_of(rnd)
         assert plan is not None
         out = {}
         for pid in partitions:
@@ -253,9 +262,9 @@ class FedCG(ModelStrategy):
         Returns the update's norm. Measured step times and uplinks (deployment) feed the ratio
         LP, so they are bounded to plausible ranges (up to a day per step, 1e6 Mbit/s).
         """
-        plan = self._plan
+        plan = self.plan_of(rnd)
         if plan is None or partition_id not in plan.theta:
-            raise v.InvalidReply(f"partition {partition_id} was not selected this round")
+            raise v.InvalidReply(f"partition {partition_id} was not selected in round {rnd}")
         comp = wire_compressor(plan.theta[partition_id], self.dim)
         if isinstance(comp, TopK):
             rec = v.array_record(content, PAYLOAD_RECORD)
@@ -279,7 +288,7 @@ class FedCG(ModelStrategy):
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Add the decoded updates weighted by the clients they represent; commit the plan."""
-        plan = self._plan
+        plan = self.plan_of(rnd)
         assert plan is not None
         gamma = np.array([plan.gamma[r.partition_id] for r in replies], dtype=np.float64)
         gamma = gamma / gamma.sum() if gamma.sum() > 0 else np.full(len(replies), 1 / len(replies))
@@ -371,7 +380,7 @@ class FedCG(ModelStrategy):
         self.time_after = {int(r): float(t) for r, t in s["time_after"].items()}
         self.accuracy = {int(r): float(a) for r, a in s["accuracy"].items()}
         self.measured.load_state_dict(s["measured"])
-        self._plan = None
+        self.planned = None
 
 
 def build(setup: StrategySetup) -> FedCG:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,20 +42,14 @@ from flwr.app import MetricRecord, RecordDict
 
 from bouquet.privacy import ledger, shuffle, tree
 from bouquet.schema import key
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS
 from bouquet.strategies.base import BouquetStrategy, NodeReply, StrategySetup
-from bouquet.strategies.model import to_numpy, to_record
+from bouquet.wire import validation as v
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.linucb import ANNOUNCED, CODES, GLOBAL_RECORD, GRAM, NODE_RECORD, REGRET_METRIC, VEC
 
 log = logging.getLogger("bouquet")
 
-#: Variants by method name.
-VARIANTS = {
-    "fedlinucb": "none",
-    "dp-fedlinucb-ldp": "ldp",
-    "dp-fedlinucb-sdp-amp": "sdp-amp",
-    "dp-fedlinucb-sdp-vecsum": "sdp-vecsum",
-}
 #: Tail bound (in standard deviations) used to reject absurd values in noisy nodes.
 TAIL = 12.0
 
@@ -99,14 +93,100 @@ class DPLinUCBConfig:
         "noise is calibrated for this many); 0 = linucb.num-silos", min=0)
 
 
+#: ``(dp, lin, levels, dim, num_silos, min_silos, sensitivity) -> (sigma, lambda)``
+Calibration = Callable[["DPLinUCBConfig", "LinUCBConfig", int, int, int, int, float],
+                       tuple[float, float]]
+
+
+def _tree_noise(dp: DPLinUCBConfig, lin: LinUCBConfig, levels: int, dim: int, num_silos: int,
+                min_silos: int, sens: float) -> tuple[float, float]:
+    """LDP: ``kappa`` releases of one user's contribution cost exactly the target."""
+    sigma = tree.node_sigma(dp.epsilon, dp.delta, levels, sens)
+    return sigma, tree.shift(sigma, levels, dim, lin.alpha, num_silos)
+
+
+def _amplified_noise(dp: DPLinUCBConfig, lin: LinUCBConfig, levels: int, dim: int,
+                     num_silos: int, min_silos: int, sens: float) -> tuple[float, float]:
+    """SDP-amp: a released value sums ``min_silos`` nodes, each needs ``1/sqrt`` of the noise."""
+    sigma = tree.node_sigma(dp.epsilon, dp.delta, levels, sens, copies=min_silos)
+    return sigma, tree.shift(sigma, levels, dim, lin.alpha, num_silos)
+
+
+def _vecsum_noise(dp: DPLinUCBConfig, lin: LinUCBConfig, levels: int, dim: int, num_silos: int,
+                  min_silos: int, sens: float) -> tuple[float, float]:
+    """Vector sum: the reference code's effective noise, the shift of a single silo."""
+    eps, delta = dp.epsilon, dp.delta
+    sigma = (lin.feature_bound * math.sqrt(levels * math.log(1.0 / delta))
+             * math.log(levels * dim * dim / delta) / eps)
+    return sigma, tree.shift(sigma, levels, dim, lin.alpha, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinUCBVariant:
+    """One FedLinUCB variant, declared once; server and silo look it up by :attr:`name`.
+
+    Attributes
+    ----------
+    name : str
+        The ``privacy`` option: ``none``, ``ldp``, ``sdp-amp`` or ``sdp-vecsum``.
+    method : str
+        The registry's method name.
+    calibration : Calibration or None
+        The noise rule (None: no noise, the variant is not private).
+    shuffled : bool
+        Nodes reach the server through the shuffler, which releases only sums of at least
+        ``min-silos`` of them.
+    sends_codes : bool
+        A silo sends the vector-sum protocol's int32 codes instead of ``(gram, vec)``.
+    amplified : bool
+        One released value carries ``min-silos`` independent node noises.
+    accounting : str
+        ``none``; ``every-sync`` (the server sees every node alone: every silo is charged at
+        every sync); ``released`` (the ledger of what the shuffler released); ``unverified``
+        (no verified bound is computed).
+
+    """
+
+    name: str
+    method: str
+    calibration: Calibration | None
+    shuffled: bool = False
+    sends_codes: bool = False
+    amplified: bool = False
+    accounting: str = "none"
+
+    @property
+    def private(self) -> bool:
+        """Whether silos add noise."""
+        return self.calibration is not None
+
+
+#: Every variant, by its ``privacy`` name.
+VARIANTS: dict[str, LinUCBVariant] = {v.name: v for v in (
+    LinUCBVariant("none", "fedlinucb", None),
+    LinUCBVariant("ldp", "dp-fedlinucb-ldp", _tree_noise, accounting="every-sync"),
+    LinUCBVariant("sdp-amp", "dp-fedlinucb-sdp-amp", _amplified_noise, shuffled=True,
+                  amplified=True, accounting="released"),
+    LinUCBVariant("sdp-vecsum", "dp-fedlinucb-sdp-vecsum", _vecsum_noise, shuffled=True,
+                  sends_codes=True, accounting="unverified"),
+)}
+
+
+def variant_named(name: str) -> LinUCBVariant:
+    """The declared variant ``name``; ``ValueError`` naming the allowed ones otherwise."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}: allowed {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
 @dataclasses.dataclass(frozen=True)
 class Protocol:
     """Everything both sides derive from the operator's config for one run.
 
     Attributes
     ----------
-    variant : str
-        ``none``, ``ldp``, ``sdp-amp`` or ``sdp-vecsum``.
+    variant : LinUCBVariant
+        The declared variant (:data:`VARIANTS`).
     dim : int
         Feature dimension ``d``.
     num_silos : int
@@ -137,7 +217,7 @@ class Protocol:
 
     """
 
-    variant: str
+    variant: LinUCBVariant
     dim: int
     num_silos: int
     batch: int
@@ -156,7 +236,7 @@ class Protocol:
     @property
     def private(self) -> bool:
         """Whether noise is added."""
-        return self.variant != "none"
+        return self.variant.private
 
     @property
     def horizon(self) -> int:
@@ -166,7 +246,7 @@ class Protocol:
     @property
     def copies(self) -> int:
         """Independent node noises in each value the server receives (1 for LDP)."""
-        return self.min_silos if self.variant == "sdp-amp" else 1
+        return self.min_silos if self.variant.amplified else 1
 
     def window_users(self, k: int) -> int:
         """Users one silo has in the node of sync ``k`` (``2**l B``)."""
@@ -191,12 +271,13 @@ def make_protocol(variant: str, lin: LinUCBConfig, dp: DPLinUCBConfig | None, di
     node needs ``1/sqrt(min_silos)`` of that noise. Raises ``ValueError`` for settings under which
     the guarantee would not hold.
     """
+    kind = variant_named(variant)
     levels = tree.num_levels(horizon_rounds)
     bound = lin.feature_bound
-    if variant == "none" or dp is None:
+    if kind.calibration is None or dp is None:
         lam = lin.regularizer or math.sqrt(num_silos)
-        return Protocol("none", dim, num_silos, lin.batch_steps, horizon_rounds, levels, 0.0,
-                        lam, 0.0, 0.0, math.inf, bound)
+        return Protocol(VARIANTS["none"], dim, num_silos, lin.batch_steps, horizon_rounds,
+                        levels, 0.0, lam, 0.0, 0.0, math.inf, bound)
     if num_silos < 1:
         raise ValueError("linucb.num-silos must be set (>= 1) for the private variants: the noise "
                          "is calibrated for the silos the operator runs, never for what nodes "
@@ -207,19 +288,8 @@ def make_protocol(variant: str, lin: LinUCBConfig, dp: DPLinUCBConfig | None, di
                          f"({num_silos})")
     eps, delta = dp.epsilon, dp.delta
     sens = tree.user_sensitivity(bound, dp.reward_bound)
-    if variant == "ldp":
-        sigma = tree.node_sigma(eps, delta, levels, sens)
-        lam = tree.shift(sigma, levels, dim, lin.alpha, num_silos)
-    elif variant == "sdp-amp":
-        sigma = tree.node_sigma(eps, delta, levels, sens, copies=min_silos)
-        lam = tree.shift(sigma, levels, dim, lin.alpha, num_silos)
-    elif variant == "sdp-vecsum":
-        sigma = (bound * math.sqrt(levels * math.log(1.0 / delta))
-                 * math.log(levels * dim * dim / delta) / eps)
-        lam = tree.shift(sigma, levels, dim, lin.alpha, 1)
-    else:
-        raise ValueError(f"unknown variant {variant!r}")
-    return Protocol(variant, dim, num_silos, lin.batch_steps, horizon_rounds, levels, sigma, lam,
+    sigma, lam = kind.calibration(dp, lin, levels, dim, num_silos, min_silos, sens)
+    return Protocol(kind, dim, num_silos, lin.batch_steps, horizon_rounds, levels, sigma, lam,
                     eps, delta, dp.reward_bound, bound, dp.vecsum_scale, min_silos, sens)
 
 
@@ -244,14 +314,9 @@ def horizon_of(lin: LinUCBConfig, num_server_rounds: int) -> int:
     return lin.horizon_rounds or num_server_rounds
 
 
-#: Round-config keys the server announces and every silo checks against its own config.
-ANNOUNCED = ("num-silos", "horizon-rounds", "batch-steps")
-
-
 def announced_values(proto: Protocol) -> dict[str, int]:
     """What the server announces each round (a silo refuses values that differ from its own)."""
-    return {"num-silos": proto.num_silos, "horizon-rounds": proto.horizon_rounds,
-            "batch-steps": proto.batch}
+    return dict(zip(ANNOUNCED, (proto.num_silos, proto.horizon_rounds, proto.batch), strict=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +326,7 @@ class FedLinUCBOptions:
     privacy: str = key(
         "none", "none: FedLinUCB; ldp: silo-level LDP (tree mechanism); sdp-amp / sdp-vecsum: "
         "shuffle DP by amplification / the vector-sum protocol",
-        choices=("none", "ldp", "sdp-amp", "sdp-vecsum"))
+        choices=tuple(VARIANTS))
     context_dim: int = key(0, "d: dimension of the contexts (required; the bandit task's "
                            "context-dim)", min=0)
 
@@ -280,25 +345,25 @@ class FedLinUCB(BouquetStrategy):
     common_keys = (*BASE_COMMON_KEYS, "num_server_rounds")
     options = FedLinUCBOptions
     holds_model = False
-    reply_records = ("node", "metrics")
+    reply_records = (NODE_RECORD, "metrics")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         setup = self.setup
         opts: FedLinUCBOptions = self.option
-        variant = opts.privacy
-        if self.method == self.method_name and variant != "none":
-            self.method = self.setup.method = next(m for m, x in VARIANTS.items()
-                                                   if x == variant)
+        variant = variant_named(opts.privacy)
+        if self.method == self.method_name and variant.private:
+            self.method = self.setup.method = variant.method
         if opts.context_dim < 1:
             raise ValueError("FedLinUCB: context_dim is required (>= 1): the dimension of the "
                              "bandit contexts")
-        if variant != "none" and self.federation.discovery != "query":
-            raise ValueError(f"FedLinUCB: privacy={variant!r} keys silos by partition id: use "
-                             "discovery='query' (bouquet's ClientApp answers it)")
+        if variant.private and self.federation.discovery != "query":
+            raise ValueError(f"FedLinUCB: privacy={variant.name!r} keys silos by partition id: use "
+                             "discovery='query' (bouquet's ClientApp answers it; a user's ClientApp "
+                             "answers with bouquet.clients.discovery.answer_hello)")
         self.variant = variant
         self.lin: LinUCBConfig = setup.sections["linucb"]
-        self.dp: DPLinUCBConfig | None = setup.sections["dp-linucb"] if variant != "none" \
+        self.dp: DPLinUCBConfig | None = setup.sections["dp-linucb"] if variant.private \
             else None
         self.dim = opts.context_dim
         self.horizon_rounds = horizon_of(self.lin, self.common.num_server_rounds)
@@ -310,12 +375,12 @@ class FedLinUCB(BouquetStrategy):
         self.levels = tree.num_levels(self.horizon_rounds)
         self.num_silos = self.lin.num_silos
         self.proto: Protocol | None = None
-        if self.num_silos or variant != "none":
+        if self.num_silos or variant.private:
             # private variants: fixed now, from the operator's config (raises if it is missing)
-            self.proto = make_protocol(variant, self.lin, self.dp, self.dim, self.num_silos,
+            self.proto = make_protocol(variant.name, self.lin, self.dp, self.dim, self.num_silos,
                                        self.horizon_rounds)
             asked = math.ceil(self.common.fraction_train * self.num_silos)
-            if variant in ("sdp-amp", "sdp-vecsum") and asked < self.proto.min_silos:
+            if variant.shuffled and asked < self.proto.min_silos:
                 raise ValueError(
                     f"fraction-train {self.common.fraction_train:g} asks {asked} of "
                     f"{self.num_silos} silos per round, fewer than dp-linucb.min-silos "
@@ -337,12 +402,12 @@ class FedLinUCB(BouquetStrategy):
         if self.proto is None:  # fedlinucb without linucb.num-silos: lambda = sqrt(nodes known)
             self.num_silos = max(len(self.partitions), 1)
             self.ledger = ledger.TreeLedger(self.num_silos)
-            self.proto = make_protocol(self.variant, self.lin, self.dp, self.dim, self.num_silos,
+            self.proto = make_protocol(self.variant.name, self.lin, self.dp, self.dim, self.num_silos,
                                        self.horizon_rounds)
 
     def choose_partitions(self, rnd: int, available: list[int]) -> list[int]:
         """Private variants: only partitions ``0..M-1`` (``M`` from the config) take part."""
-        if self.variant != "none":
+        if self.variant.private:
             outside = [p for p in available if not 0 <= p < self.num_silos]
             if outside:
                 log.warning("round %d: partitions %s are outside linucb.num-silos = %d and are "
@@ -366,7 +431,7 @@ class FedLinUCB(BouquetStrategy):
             cfg = self.base_config(rnd)
             for name, value in announced_values(proto).items():
                 cfg[name] = value
-            out[pid] = RecordDict({"global": to_record({"gram": gram, "vec": vec}),
+            out[pid] = RecordDict({GLOBAL_RECORD: to_record({GRAM: gram, VEC: vec}),
                                    "config": cfg})
         return out
 
@@ -383,20 +448,20 @@ class FedLinUCB(BouquetStrategy):
         """
         proto = self.protocol()
         v.expect_records(content, self.reply_records)
-        if self.variant == "sdp-vecsum":
+        if self.variant.sends_codes:
             params = proto.vecsum_params(rnd)
             rows = proto.window_users(rnd)
-            codes = v.arrays(content, "node", {
-                "codes": ((rows, shuffle.num_coordinates(self.dim)), np.int32)})["codes"]
+            codes = v.arrays(content, NODE_RECORD, {
+                CODES: ((rows, shuffle.num_coordinates(self.dim)), np.int32)})[CODES]
             try:
                 params.check(codes)
             except ValueError as exc:
                 raise v.InvalidReply(f"node/codes: {exc}") from None
         else:
             d = self.dim
-            arrays = v.arrays(content, "node", {"gram": ((d, d), np.float64),
-                                                "vec": ((d,), np.float64)})
-            gram, vec = arrays["gram"], arrays["vec"]
+            arrays = v.arrays(content, NODE_RECORD, {GRAM: ((d, d), np.float64),
+                                                VEC: ((d,), np.float64)})
+            gram, vec = arrays[GRAM], arrays[VEC]
             if not np.array_equal(gram, gram.T):
                 raise v.InvalidReply("node/gram: not symmetric")
             n_w = proto.window_users(rnd)
@@ -413,38 +478,38 @@ class FedLinUCB(BouquetStrategy):
             raise v.InvalidReply(f"metrics/num-examples: expected {proto.batch}")
         last = self.cum_regret.get(partition_id, 0.0)
         most = rnd * proto.batch * self.lin.max_step_regret
-        v.metric(content, "cum-regret", min=last - 1e-9, max=most + 1e-9)
+        v.metric(content, REGRET_METRIC, min=last - 1e-9, max=most + 1e-9)
 
     def aggregate_round(self, rnd: int, replies: list[NodeReply]) -> dict[str, float]:
         """Sum the nodes of this sync's level (SDP: through the shuffler, sums only); log regret."""
         total: np.ndarray | None
-        if self.variant in ("sdp-amp", "sdp-vecsum"):
+        if self.variant.shuffled:
             total = self._through_shuffler(rnd, replies)
         else:
             total = np.zeros(tree.stats_size(self.dim))
             for r in replies:
-                arrays = to_numpy(r.content["node"])  # type: ignore[arg-type]
-                total += tree.pack(arrays["gram"], arrays["vec"])
+                arrays = to_numpy(r.content[NODE_RECORD])  # type: ignore[arg-type]
+                total += tree.pack(arrays[GRAM], arrays[VEC])
         if total is not None:
             self.tree.store(rnd, total)
         for r in replies:
             self.cum_regret[r.partition_id] = float(
-                r.content["metrics"]["cum-regret"])  # type: ignore[index,arg-type]
+                r.content["metrics"][REGRET_METRIC])  # type: ignore[index,arg-type]
         return self.round_metrics(rnd)
 
     def _through_shuffler(self, rnd: int, replies: list[NodeReply]) -> np.ndarray | None:
         """Hand every message to the shuffler; return the analysed sum (None: not released)."""
         proto = self.protocol()
-        vecsum = self.variant == "sdp-vecsum"
+        vecsum = self.variant.sends_codes
         size = shuffle.num_coordinates(self.dim) if vecsum else tree.stats_size(self.dim)
         shuffler = shuffle.SumShuffler(size, proto.min_silos)
         for r in replies:
-            node = r.content["node"]
+            node = r.content[NODE_RECORD]
             if vecsum:
-                shuffler.submit(r.partition_id, node["codes"].numpy())  # type: ignore[index,union-attr]
+                shuffler.submit(r.partition_id, node[CODES].numpy())  # type: ignore[index,union-attr]
             else:
                 shuffler.submit(r.partition_id, tree.pack(
-                    node["gram"].numpy(), node["vec"].numpy()))  # type: ignore[index,union-attr]
+                    node[GRAM].numpy(), node[VEC].numpy()))  # type: ignore[index,union-attr]
         released = shuffler.release()
         if released is None:
             log.warning("round %d: %d silo message(s), fewer than the %d the noise is calibrated "
@@ -460,13 +525,13 @@ class FedLinUCB(BouquetStrategy):
     def privacy(self) -> dict[str, Any]:
         """Epsilon of the noise actually added, per silo and for the run (tree variants)."""
         proto = self.protocol()
-        if self.variant == "sdp-vecsum":
+        if self.variant.accounting == "unverified":
             return {"epsilon": None, "delta": proto.delta, "verified": False,
                     "claimed_epsilon": proto.epsilon,
                     "note": "vector-sum protocol with the reference code's constants; no "
                             "verified bound is computed (docs/methods/dp-fedlinucb.md)"}
         book = self.ledger
-        if self.variant == "ldp":
+        if self.variant.accounting == "every-sync":
             # the server sees every node on its own; count a release by every silo at every sync
             # so far (an upper bound: a node rejected or late was still seen, a silo not asked
             # released less)
@@ -478,7 +543,7 @@ class FedLinUCB(BouquetStrategy):
             "target_epsilon": proto.epsilon, "sigma": proto.sigma,
             "sensitivity": proto.sensitivity, "accountant": "exact Gaussian (GDP)",
             "verified": True}
-        if self.variant == "sdp-amp":
+        if self.variant.accounting == "released":
             # what the silos' nodes would cost if the shuffler handed them to the server
             alone = ledger.TreeLedger(self.num_silos, self.ledger.syncs,
                                       [1] * len(self.ledger.syncs), self.ledger.members)
@@ -529,12 +594,12 @@ class FedLinUCB(BouquetStrategy):
         super().load_state_dict(state)
         self.tree = tree.ServerTree.from_state(state["tree"])
         saved = int(state["num_silos"])
-        if self.variant != "none" and saved != self.num_silos:
+        if self.variant.private and saved != self.num_silos:
             raise ValueError(f"checkpoint has {saved} silos, linucb.num-silos is {self.num_silos}")
         self.num_silos = saved
         self.proto = None
         if self.num_silos:
-            self.proto = make_protocol(self.variant, self.lin, self.dp, self.dim, self.num_silos,
+            self.proto = make_protocol(self.variant.name, self.lin, self.dp, self.dim, self.num_silos,
                                        self.horizon_rounds)
         self.ledger = ledger.TreeLedger.from_state(self.num_silos, state["ledger"])
         self.cum_regret = {int(k): float(val) for k, val in state["cum_regret"].items()}
@@ -572,28 +637,28 @@ def build_sdp_vecsum(setup: StrategySetup) -> FedLinUCB:
 # ---------------------------------------------------------------------- conformance
 def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
     """Method-specific malformed replies for the conformance suite (all must be rejected)."""
-    node = to_numpy(content["node"])  # type: ignore[arg-type]
+    node = to_numpy(content[NODE_RECORD])  # type: ignore[arg-type]
     metrics = content["metrics"]
 
     def reply(arrays: Mapping[str, np.ndarray], regret: float | None = None) -> RecordDict:
         rec = MetricRecord(dict(metrics))  # type: ignore[arg-type]
         if regret is not None:
-            rec["cum-regret"] = regret
-        return RecordDict({"node": to_record(arrays), "metrics": rec})
+            rec[REGRET_METRIC] = regret
+        return RecordDict({NODE_RECORD: to_record(arrays), "metrics": rec})
 
     out: list[tuple[str, RecordDict]] = [("negative regret", reply(node, -1.0))]
-    if "codes" in node:
-        codes = node["codes"]
+    if CODES in node:
+        codes = node[CODES]
         high = codes.copy()
         high[0, 0] = np.iinfo(np.int32).max
         low = codes.copy()
         low[0, 0] = -1
-        out += [("wrong dimension", reply({"codes": codes[:, :-1]})),
-                ("code above the protocol's range", reply({"codes": high})),
-                ("negative code", reply({"codes": low})),
-                ("float codes", reply({"codes": codes.astype(np.float64)}))]
+        out += [("wrong dimension", reply({CODES: codes[:, :-1]})),
+                ("code above the protocol's range", reply({CODES: high})),
+                ("negative code", reply({CODES: low})),
+                ("float codes", reply({CODES: codes.astype(np.float64)}))]
         return out
-    gram, vec = node["gram"], node["vec"]
+    gram, vec = node[GRAM], node[VEC]
     d = gram.shape[0]
     skew = gram.copy()
     skew[0, d - 1] += 1.0
@@ -601,8 +666,8 @@ def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
     nan[0] = np.nan
     big = gram.copy()
     big[0, 0] = 1e12
-    out += [("wrong dimension", reply({"gram": np.zeros((d + 1, d + 1)), "vec": np.zeros(d + 1)})),
-            ("non-symmetric matrix", reply({"gram": skew, "vec": vec})),
-            ("NaN in vector", reply({"gram": gram, "vec": nan})),
-            ("impossible magnitude", reply({"gram": big, "vec": vec}))]
+    out += [("wrong dimension", reply({GRAM: np.zeros((d + 1, d + 1)), VEC: np.zeros(d + 1)})),
+            ("non-symmetric matrix", reply({GRAM: skew, VEC: vec})),
+            ("NaN in vector", reply({GRAM: gram, VEC: nan})),
+            ("impossible magnitude", reply({GRAM: big, VEC: vec}))]
     return out

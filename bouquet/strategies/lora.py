@@ -38,22 +38,19 @@ from flwr.serverapp import Grid
 
 from bouquet.privacy.dp_config import DPConfig
 from bouquet.schema import key
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import BouquetStrategy, NodeReply, RoundLog, StrategySetup
-from bouquet.strategies.model import to_numpy, to_record
+from bouquet.wire import validation as v
+from bouquet.wire.arrays import to_numpy, to_record
+from bouquet.wire.lora import (
+    FRAME_ID_KEY,
+    FRAME_RECORD,
+    GRADS_RECORD,
+    PHASE_EVALUATE,
+    PHASE_INIT,
+    PHASE_TRAIN,
+)
 
-#: Config value of ``phase`` in an instruction: local training, or the Fed-SB init gradient.
-PHASE_TRAIN = "train"
-PHASE_INIT = "fed-sb.init"
-PHASE_EVALUATE = "evaluate"
-#: Record with Fed-SB's frozen B and A (downlink, once per client).
-FRAME_RECORD = "frame"
-#: Record with the summed init gradients (uplink, round 0 of Fed-SB).
-GRADS_RECORD = "grads"
-#: Config key naming the frame a message expects the client to hold.
-FRAME_ID_KEY = "fed-sb.frame-id"
-VARIANTS = ("fedit", "ffa", "fedsb")
 #: What a private run reports or uses that its epsilon does not cover (summary.json names it).
 NOT_COVERED = (
     "num-examples: each client's number of training rows (treated as public, as in Opacus)",
@@ -153,18 +150,59 @@ def head_names(shapes: Mapping[str, tuple[int, ...]], heads: Sequence[str]) -> l
     return [k for k in shapes if any(k.startswith(h + ".") for h in heads)]
 
 
+@dataclasses.dataclass(frozen=True)
+class LoraVariant:
+    """One LoRA-family method's adapter layout, declared once (looked up by :attr:`name`).
+
+    Attributes
+    ----------
+    name : str
+        ``fedit``, ``ffa`` or ``fedsb`` (the strategies' and clients' ``variant``).
+    sends : tuple of str
+        The factors that travel each round, in order (``lora_A`` ``r x n``, ``lora_B`` ``m x r``,
+        ``lora_R`` ``r x r``); the others are frozen.
+    framed : bool
+        Fed-SB: B and A are a frozen frame the server sends once, the update is ``s B R A``.
+
+    """
+
+    name: str
+    sends: tuple[str, ...]
+    framed: bool = False
+
+    @property
+    def seeded_frozen_a(self) -> bool:
+        """FFA-LoRA: A is frozen and drawn from the seed on every node (never sent)."""
+        return not self.framed and "lora_A" not in self.sends
+
+
+#: Every LoRA-family variant, by name.
+VARIANTS: dict[str, LoraVariant] = {v.name: v for v in (
+    LoraVariant("fedit", ("lora_A", "lora_B")),
+    LoraVariant("ffa", ("lora_B",)),
+    LoraVariant("fedsb", ("lora_R",), framed=True),
+)}
+
+
+def lora_variant(name: str) -> LoraVariant:
+    """The declared variant ``name``; ``ValueError`` for an unknown one."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown LoRA variant {name!r}")
+    return VARIANTS[name]
+
+
+def _factor_shape(factor: str, a: Adapted, rank: int) -> tuple[int, int]:
+    return {"lora_A": (rank, a.n), "lora_B": (a.m, rank), "lora_R": (rank, rank)}[factor]
+
+
 def travelling_spec(variant: str, adapted: Sequence[Adapted], rank: int,
                     head: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """Name -> shape of the arrays a client sends (and receives) each round, in order."""
+    sends = lora_variant(variant).sends
     spec: dict[str, tuple[int, ...]] = {}
     for a in adapted:
-        if variant == "fedit":
-            spec[f"{a.module}.lora_A"] = (rank, a.n)
-            spec[f"{a.module}.lora_B"] = (a.m, rank)
-        elif variant == "ffa":
-            spec[f"{a.module}.lora_B"] = (a.m, rank)
-        else:
-            spec[f"{a.module}.lora_R"] = (rank, rank)
+        for factor in sends:
+            spec[f"{a.module}.{factor}"] = _factor_shape(factor, a, rank)
     spec.update({k: tuple(s) for k, s in head.items()})
     return spec
 
@@ -189,15 +227,13 @@ def lora_a_init(seed: int, index: int, rank: int, n: int) -> np.ndarray:
 def initial_adapters(variant: str, adapted: Sequence[Adapted], rank: int, seed: int
                      ) -> dict[str, np.ndarray]:
     """The first global adapter arrays: B = 0 (and A random for FedIT); R = 0 for Fed-SB."""
+    sends = lora_variant(variant).sends
     out: dict[str, np.ndarray] = {}
     for i, a in enumerate(adapted):
-        if variant == "fedit":
-            out[f"{a.module}.lora_A"] = lora_a_init(seed, i, rank, a.n)
-            out[f"{a.module}.lora_B"] = np.zeros((a.m, rank), np.float32)
-        elif variant == "ffa":
-            out[f"{a.module}.lora_B"] = np.zeros((a.m, rank), np.float32)
-        else:
-            out[f"{a.module}.lora_R"] = np.zeros((rank, rank), np.float32)
+        for factor in sends:
+            out[f"{a.module}.{factor}"] = (lora_a_init(seed, i, rank, a.n) if factor == "lora_A"
+                                           else np.zeros(_factor_shape(factor, a, rank),
+                                                         np.float32))
     return out
 
 
@@ -249,7 +285,7 @@ def merged_delta(variant: str, a: Adapted, arrays: Mapping[str, np.ndarray],
         return np.asarray(src[name], dtype=np.float64)
 
     mod = a.module
-    if variant == "fedsb":
+    if lora_variant(variant).framed:
         return s * get(f"{mod}.lora_B") @ get(f"{mod}.lora_R") @ get(f"{mod}.lora_A")
     return s * get(f"{mod}.lora_B") @ get(f"{mod}.lora_A")
 
@@ -285,8 +321,8 @@ class LoraStrategy(BouquetStrategy):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if self.variant not in VARIANTS:
-            raise ValueError(f"unknown LoRA variant {self.variant!r}")
+        #: the variant's declaration (:data:`VARIANTS`)
+        self.kind = lora_variant(self.variant)
         setup = self.setup
         self.cfg: LoraConfig = setup.sections["lora"]
         self.fedsb_cfg: FedSBConfig | None = setup.sections.get("fed-sb")
@@ -332,7 +368,7 @@ class LoraStrategy(BouquetStrategy):
         }
         #: Frozen arrays: FFA's A (from the seed, never sent), Fed-SB's B and A (the frame).
         self.fixed: dict[str, np.ndarray] = {}
-        if variant == "ffa":
+        if self.kind.seeded_frozen_a:
             self.fixed = {f"{a.module}.lora_A": lora_a_init(seed, i, self.cfg.rank, a.n)
                           for i, a in enumerate(self.adapted)}
 
@@ -356,7 +392,7 @@ class LoraStrategy(BouquetStrategy):
         cfg = self.base_config(rnd)
         cfg["phase"] = phase
         content = RecordDict({"arrays": to_record(self.trainable), "config": cfg})
-        if self.variant == "fedsb":
+        if self.kind.framed:
             cfg[FRAME_ID_KEY] = self.frame_id
             if pid not in self.has_frame:
                 content[FRAME_RECORD] = to_record(self.fixed)
@@ -365,7 +401,7 @@ class LoraStrategy(BouquetStrategy):
     # ------------------------------------------------------------------ round
     def before_train(self, grid: Grid, rnd: int) -> RoundLog | None:
         """Fed-SB's one-time init (counted in this round's bytes) before its first round."""
-        if self.variant == "fedsb" and not self.frame_id:
+        if self.kind.framed and not self.frame_id:
             assert self.fedsb_cfg is not None
             if self.fedsb_cfg.init == "random":
                 self.fixed = random_frame(self.adapted, self.cfg.rank, self.common.seed)
@@ -376,7 +412,7 @@ class LoraStrategy(BouquetStrategy):
 
     def skip_training(self) -> bool:
         """The round ends after a failed Fed-SB init (no frame yet)."""
-        return self.variant == "fedsb" and not self.frame_id
+        return self.kind.framed and not self.frame_id
 
     def init_round(self, grid: Grid, rnd: int) -> RoundLog:
         """Fed-SB round 0: collect summed gradients of the adapted matrices; SVD; set the frame."""
@@ -487,7 +523,7 @@ class LoraStrategy(BouquetStrategy):
                    np.zeros(s)).astype(np.float32)
             for k, s in self.spec.items()
         }
-        if self.variant == "fedsb":
+        if self.kind.framed:
             self.has_frame |= {r.partition_id for r in replies}
         if self.private:  # a private reply's loss would be data outside the accountant: unused
             return metrics
@@ -517,13 +553,13 @@ class LoraStrategy(BouquetStrategy):
 
     def merged(self) -> dict[str, np.ndarray]:
         """The merged global model as numpy arrays."""
-        if self.variant == "fedsb" and not self.frame_id:
+        if self.kind.framed and not self.frame_id:
             return merge("ffa", self.base, [], {k: self.trainable[k] for k in self.head}, {}, 1.0)
         return merge(self.variant, self.base, self.adapted, self.trainable, self.fixed, self.scale)
 
     def evaluation_content(self, rnd: int, partition_id: int) -> RecordDict | None:
         """Federated evaluation with the adapters (not the merged model) on the wire."""
-        if self.variant == "fedsb" and not self.frame_id:
+        if self.kind.framed and not self.frame_id:
             return None
         return self.payload(rnd, partition_id, PHASE_EVALUATE)
 
@@ -533,7 +569,7 @@ class LoraStrategy(BouquetStrategy):
         return {
             **super().state_dict(),
             "trainable": dict(self.trainable),
-            "fixed": dict(self.fixed) if self.variant == "fedsb" else {},
+            "fixed": dict(self.fixed) if self.kind.framed else {},
             "frame_id": self.frame_id,
             "has_frame": sorted(self.has_frame),
             "epsilon": {str(k): e for k, e in self.epsilon.items()},
@@ -543,7 +579,7 @@ class LoraStrategy(BouquetStrategy):
         """Restore :meth:`state_dict`."""
         super().load_state_dict(state)
         self.trainable = {k: np.asarray(a) for k, a in state["trainable"].items()}
-        if self.variant == "fedsb":
+        if self.kind.framed:
             self.fixed = {k: np.asarray(a) for k, a in state["fixed"].items()}
         self.frame_id = int(state["frame_id"])
         self.has_frame = {int(p) for p in state["has_frame"]}
@@ -606,4 +642,3 @@ def bad_replies(content: RecordDict) -> list[tuple[str, RecordDict]]:
          RecordDict({"arrays": content["arrays"], "metrics": content["metrics"],
                      "grads": ArrayRecord()})),
     ]
-

@@ -6,22 +6,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 
-from bouquet.strategies import validation as v
 from bouquet.strategies.base import BouquetStrategy
+from bouquet.wire import validation as v
 
+#: re-exported: ``bouquet.strategies.model.to_record`` is how plugin users encode a model
+from bouquet.wire.arrays import to_numpy, to_record
 
-def to_numpy(record: object) -> dict[str, np.ndarray]:
-    """Decode an ArrayRecord into an ordered ``{name: ndarray}`` mapping."""
-    if not isinstance(record, ArrayRecord):
-        raise TypeError(f"expected an ArrayRecord, got {type(record).__name__}")
-    return {k: record[k].numpy() for k in record.keys()}
-
-
-def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """Encode ``{name: ndarray}`` as an ArrayRecord (order kept)."""
-    return ArrayRecord({k: Array(np.ascontiguousarray(a)) for k, a in arrays.items()})
+__all__ = ["ModelStrategy", "to_numpy", "to_record"]
 
 
 class ModelStrategy(BouquetStrategy):

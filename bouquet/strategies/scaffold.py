@@ -51,13 +51,9 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from bouquet.compression import PAYLOAD_RECORD, Compressor, make_compressor
 from bouquet.schema import key
 from bouquet.strategies.base import NodeReply, StrategySetup
-from bouquet.strategies.uplink import STEPS_METRIC, UplinkCompression, VectorUplinkStrategy
-
-#: Downlink record holding the global control variate (one array, :data:`CONTROL_KEY`).
-CONTROL_RECORD = "control"
-CONTROL_KEY = "c"
-#: SCAFFOLD's second uplink vector (the control update ``dc``).
-CONTROL_PAYLOAD_RECORD = "payload-c"
+from bouquet.strategies.uplink import UplinkCompression, VectorUplinkStrategy
+from bouquet.wire.scaffold import CONTROL_KEY, CONTROL_PAYLOAD_RECORD, CONTROL_RECORD
+from bouquet.wire.uplink import STEPS_METRIC
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,19 +27,14 @@ from bouquet.compression import (
     Compressor,
     PayloadError,
     decode_record,
-    make_compressor,
 )
 from bouquet.schema import key
-from bouquet.strategies import validation as v
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.base import NodeReply, Parsed, train_metrics
-from bouquet.strategies.flat import Layout
 from bouquet.strategies.model import ModelStrategy
-
-#: Message config key: the last round whose reply from this client the server aggregated.
-COMMIT_ROUND = "commit-round"
-#: Integer metric every reply carries: local optimiser steps taken (K_i).
-STEPS_METRIC = "local-steps"
+from bouquet.wire import validation as v
+from bouquet.wire.flat import Layout
+from bouquet.wire.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,22 +59,6 @@ class UplinkPayload:
 
     vectors: list[np.ndarray]
     nbytes: int
-
-
-def uplink_compressor(section: Any) -> Compressor:
-    """Build the compressor a config section names (identity when it has no compressor keys)."""
-    name = getattr(section, "compressor", "identity")
-    ratio, k = getattr(section, "compressor_ratio", 0.0), getattr(section, "compressor_k", 0)
-    params: dict[str, Any] = {
-        "topk": {"ratio": ratio, "k": k},
-        "randk": {"ratio": ratio, "k": k},
-        "fedzip": {"ratio": ratio},
-        "qsgd": {"levels": getattr(section, "compressor_levels", 4),
-                 "bucket": getattr(section, "compressor_bucket", 512)},
-        "sparseloco": {"chunk": getattr(section, "compressor_chunk", 4096), "k": k,
-                       "ratio": ratio, "bits": getattr(section, "compressor_bits", 2)},
-    }.get(name, {})
-    return make_compressor(name, **params)
 
 
 class VectorUplinkStrategy(ModelStrategy):

@@ -37,8 +37,8 @@ from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.runner import execute
 from bouquet.clients import lora as client_lora
 from bouquet.schema import CommonConfig
-from bouquet.strategies.model import to_numpy
 from bouquet.tasks.text import TinyBertCls
+from bouquet.wire.arrays import to_numpy
 
 NODES, BATCH, DELTA = 2, 8, 1e-5
 
