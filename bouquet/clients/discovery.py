@@ -3,9 +3,9 @@
 A strategy built with ``discovery="query"`` asks every new node once, with a ``query`` message
 whose ``config["action"]`` is ``bouquet.hello`` (:mod:`bouquet.wire.actions`), which partition it
 holds and how many training examples it has (:mod:`bouquet.strategies.base`). Per-node server
-state then follows the partition across node restarts, sampling is reproducible in simulation (where Flower's node ids
-are random), and the declared size bounds the node's weight and local steps. bouquet's own
-ClientApp answers it; a user's ClientApp adds::
+state then follows the partition across node restarts, sampling is reproducible in simulation
+(where Flower's node ids are random), and the declared size bounds the node's weight and local
+steps. bouquet's own ClientApp answers it; a user's ClientApp adds::
 
     from bouquet.clients.discovery import answer_hello
 
