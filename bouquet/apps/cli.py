@@ -99,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.engine == "inprocess":
         from bouquet.apps.local_grid import LocalGrid
         from bouquet.apps.runner import execute
-        from bouquet.strategies.base import NotEnoughNodes
+        from bouquet.strategies.directory import NotEnoughNodes
 
         grid = LocalGrid(args.clients, cfg)
         try:

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.apps.results import ResultsWriter
-from bouquet.strategies.base import BouquetStrategy, RoundLog
+from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.checkpoint import save_checkpoint
+from bouquet.strategies.round_log import RoundLog
 from bouquet.strategies.rounds import RoundReport
 
 CHECKPOINT_DIR = "checkpoint"

@@ -9,7 +9,7 @@ server installed with plain ``pip install flwr-bouquet`` imports any of them::
     result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=10)
 """
 
-from bouquet.strategies.base import BouquetStrategy, NodeReply, RoundLog, StrategySetup
+from bouquet.strategies.base import BouquetStrategy, StrategySetup
 from bouquet.strategies.compressed_fedavg import FedAvgCompressed, FedEF
 from bouquet.strategies.fedavg import FedAvg
 from bouquet.strategies.fedcg import FedCG
@@ -17,6 +17,7 @@ from bouquet.strategies.fedkseed import FedKSeed, FedKSeedPro
 from bouquet.strategies.linucb import FedLinUCB
 from bouquet.strategies.lora import FedIT, FedSB, FFALoRA, LoraStrategy
 from bouquet.strategies.model import ModelStrategy
+from bouquet.strategies.round_log import NodeReply, RoundLog
 from bouquet.strategies.scaffold import Scafcom, Scaffold, Scallion, SingleUplink
 
 __all__ = [

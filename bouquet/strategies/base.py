@@ -31,7 +31,6 @@ import copy
 import dataclasses
 import inspect
 import logging
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
@@ -53,11 +52,39 @@ from bouquet.strategies.arguments import (
     parse,
     signature,
 )
+from bouquet.strategies.directory import NotEnoughNodes
+from bouquet.strategies.initial_model import initial_arrays_from_nodes
 from bouquet.strategies.node_errors import NodeErrors
+from bouquet.strategies.round_log import (
+    COUNTERS,
+    NodeReply,
+    Parsed,
+    PendingPhase,
+    RoundLog,
+    merge_phase,
+    round_metrics,
+    train_metric_name,
+    train_metrics,
+    weighted_metrics,
+)
 from bouquet.strategies.rounds import EvaluateFn, RoundCallback, run_rounds
+from bouquet.strategies.transport import (
+    match_replies,
+    send_and_collect,
+    short_reason,
+    with_user_config,
+)
 from bouquet.wire import validation as v
-from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION, INIT_ACTION
+from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
 from bouquet.wire.validation import InvalidReply
+
+#: Names re-exported from the modules that now hold them (imports of ``base`` keep working).
+__all__ = [
+    "COUNTERS", "BouquetStrategy", "InvalidReply", "NodeReply", "NotEnoughNodes", "Parsed",
+    "PendingPhase", "RoundLog", "StrategySetup", "initial_arrays_from_nodes", "match_replies",
+    "merge_phase", "round_metrics", "send_and_collect", "short_reason", "train_metric_name",
+    "train_metrics", "use_flower_logging", "weighted_metrics", "with_user_config",
+]
 
 log = logging.getLogger("bouquet")
 
@@ -75,18 +102,6 @@ def use_flower_logging(logger: logging.Logger = log) -> None:
 
 
 use_flower_logging()
-
-class NotEnoughNodes(RuntimeError):
-    """Fewer nodes than ``min-train-nodes`` came online before ``sample-deadline``.
-
-    ``failures`` lists ``{"node_id", "reason"}`` of the online nodes whose queries failed (the
-    message quotes the most common reason).
-    """
-
-    def __init__(self, message: str, failures: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message)
-        self.failures = list(failures or [])
-
 
 @dataclasses.dataclass
 class StrategySetup:
@@ -112,83 +127,6 @@ class StrategySetup:
     method: str
     task: str
     initial_arrays: ArrayRecord | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Parsed:
-    """What a method's :meth:`~BouquetStrategy.validate_reply` read from a reply.
-
-    ``norm`` is the update's L2 norm (screened against the round's median; None for replies
-    bounded by their own protocol) and ``value`` the typed content aggregation uses (decoded
-    vectors...), so a reply is parsed once.
-    """
-
-    norm: float | None
-    value: Any = None
-
-
-@dataclasses.dataclass
-class NodeReply:
-    """A validated reply: who sent it, what it holds, and what the exchange cost.
-
-    ``parsed`` is the typed value the method's validation returned (:class:`Parsed`).
-    """
-
-    node_id: int
-    partition_id: int
-    content: RecordDict
-    up_bytes: int
-    down_bytes: int
-    parsed: Any = None
-
-
-@dataclasses.dataclass
-class RoundLog:
-    """What happened in one phase of one round (the fields of ``metrics.jsonl``)."""
-
-    round: int
-    clients: int = 0
-    rejected: int = 0
-    errors: int = 0
-    missing: int = 0
-    up_bytes: int = 0
-    down_bytes: int = 0
-    sampled: list[int] = dataclasses.field(default_factory=list)
-    failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    def fail(self, kind: str, node_id: int, partition_id: int, reason: str, *,
-             logged: bool = False) -> None:
-        """Record one failed reply (kind: rejected, error or missing); ``logged``: already logged."""
-        setattr(self, kind, getattr(self, kind) + 1)
-        short = short_reason(reason)
-        self.failures.append(
-            {"kind": kind, "node_id": node_id, "partition_id": partition_id, "reason": short}
-        )
-        if not logged:
-            log.warning("round %d: %s reply from node %d (partition %d): %s",
-                        self.round, kind, node_id, partition_id, short)
-
-
-@dataclasses.dataclass
-class PendingPhase:
-    """What one ``configure_*`` call sent, kept until its ``aggregate_*`` call admits the replies.
-
-    Flower's ``start()`` calls ``configure_train`` and ``aggregate_train`` separately; the
-    messages (stamped with their ids when the grid pushes them) map every reply, error replies
-    included, back to the node it was sent to through ``reply_to_message_id``.
-    """
-
-    round: int
-    message_type: str
-    norm_key: str
-    #: node id -> partition id of every message sent.
-    partition_of: dict[int, int]
-    #: partition id -> measured downlink bytes.
-    down_bytes: dict[int, int]
-    messages: list[Message]
-    #: A phase the round ran before this one (Fed-SB's init), merged into this one's log.
-    before: RoundLog | None = None
 
 
 class BouquetStrategy(Strategy):
@@ -818,191 +756,3 @@ class BouquetStrategy(Strategy):
         """Flower API: log the strategy's name and key settings."""
         log.info("%s (method %s, task %s, discovery %s)", type(self).__name__, self.method,
                  self.setup.task or "-", self.federation.discovery)
-
-
-# ---------------------------------------------------------------------- initial model
-def initial_arrays_from_nodes(grid: Grid, *, timeout: float, deadline: float,
-                              ask: int = 3) -> ArrayRecord | None:
-    """Ask up to ``ask`` online nodes for the task's initial model; return the agreed one.
-
-    A server without the task's packages takes its starting point from nodes, so one hostile
-    node must not choose it. The initial model is a function of the run seed: honest nodes send
-    identical arrays. With two or more usable answers, an answer is used only when a strict
-    majority of them is bit-identical to it; one usable answer is trusted with a warning.
-    Nodes that fail the query are logged; while no node has answered, further nodes are asked
-    until ``deadline`` passes, and then :class:`NotEnoughNodes` quotes the most common error.
-
-    Returns None when the nodes have no initial model (the method needs none).
-    """
-    query = "initial-arrays query"
-    errors = NodeErrors()
-    asked: list[int] = []
-    answers: list[tuple[int, ArrayRecord, bytes]] = []
-    no_model = False
-    end = time.monotonic() + deadline
-    while not answers and not no_model:
-        fresh = [n for n in sorted(grid.get_node_ids()) if n not in asked][:ask]
-        if fresh:
-            asked += fresh
-            msgs = [Message(RecordDict({"config": ConfigRecord({ACTION_KEY: INIT_ACTION})}),
-                            dst_node_id=n, message_type=MessageType.QUERY) for n in fresh]
-            replies, missing = send_and_collect(grid, msgs, timeout=timeout)
-            for n in missing:
-                errors.note(n, query, "no answer within round-timeout")
-            for n, reply in sorted(replies.items()):
-                if reply.has_error():
-                    errors.note(n, query, reply.error.reason)
-                elif "arrays" not in reply.content:
-                    no_model = True
-                else:
-                    digest = _usable_arrays(reply.content["arrays"])
-                    if digest is None:
-                        errors.note(n, query, "an unusable initial model (not finite arrays)")
-                    else:
-                        answers.append((n, reply.content["arrays"], digest))  # type: ignore[arg-type]
-            continue
-        if time.monotonic() >= end:
-            why = errors.headline(asked)
-            raise NotEnoughNodes(
-                f"no node provided the initial model within sample-deadline ({deadline:g}s)"
-                + (f"; {why}" if why else "; no node came online"), errors.failures(asked))
-        time.sleep(1.0)
-    if not answers:
-        return None
-    if len(answers) == 1:
-        if len(asked) > 1:
-            log.warning("only node %d provided the initial model; it is trusted alone",
-                        answers[0][0])
-        return answers[0][1]
-    counts: dict[bytes, int] = {}
-    for _, _, digest in answers:
-        counts[digest] = counts.get(digest, 0) + 1
-    best, votes = max(counts.items(), key=lambda kv: kv[1])
-    if 2 * votes <= len(answers):
-        raise RuntimeError(f"nodes disagree on the initial model ({len(answers)} answers, no "
-                           "majority): a node is broken or hostile")
-    for n, _, digest in answers:
-        if digest != best:
-            log.warning("node %d sent an initial model that differs from the majority's; ignored",
-                        n)
-    return next(rec for _, rec, digest in answers if digest == best)
-
-
-def _usable_arrays(rec: object) -> bytes | None:
-    """A digest of an initial model that decodes to finite arrays (None if it does not)."""
-    if not isinstance(rec, ArrayRecord):
-        return None
-    try:
-        arrays = {k: rec[k].numpy() for k in rec.keys()}
-        for k, a in arrays.items():
-            v.check_array(a, f"arrays/{k}", None, None)
-    except Exception:  # a payload that does not decode, or holds NaN
-        return None
-    return b"".join(k.encode() + a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()
-                    for k, a in arrays.items())
-
-
-# ---------------------------------------------------------------------- helpers
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def short_reason(reason: str, limit: int = 400) -> str:
-    """The informative end of an error text (a Ray traceback ends with the exception)."""
-    lines = [ln.strip() for ln in _ANSI.sub("", reason).splitlines() if ln.strip()]
-    text = " | ".join(lines[-3:]) if lines else ""
-    return text[-limit:]
-def train_metric_name(name: str) -> str:
-    """The one naming rule of train metrics: ``loss`` -> ``train_loss``; ``train_loss`` kept."""
-    return name if name.startswith("train_") else f"train_{name}"
-
-
-def train_metrics(replies: list[NodeReply], skip: tuple[str, ...] = ()) -> dict[str, float]:
-    """The replies' weighted-average metrics under their train names (``skip``: left out)."""
-    return {train_metric_name(k): x for k, x in weighted_metrics(replies).items()
-            if k not in skip}
-
-
-def weighted_metrics(replies: list[NodeReply], record: str = "metrics") -> dict[str, float]:
-    """Average every scalar metric of the replies weighted by ``num-examples``.
-
-    The same rule as Flower's ``aggregate_metricrecords`` (a missing metric counts as 0, the
-    weight is left out), over values bounded first: only finite scalars pass admission and
-    ``num-examples`` is already clipped to the weight cap (a reply without it weighs 1). The
-    arithmetic is ``sum(w x) / sum(w)``, not Flower's ``sum(x w / sum(w))``: Flower's differs in
-    the last bit, and the project's results files must stay byte-identical across versions.
-    """
-    totals: dict[str, float] = {}
-    weight_sum = 0.0
-    for r in replies:
-        rec = r.content.get(record) if record in r.content else None
-        if not isinstance(rec, MetricRecord):
-            continue
-        w = float(rec.get("num-examples", 1))  # type: ignore[arg-type]
-        weight_sum += w
-        for k, x in rec.items():
-            if k != "num-examples" and isinstance(x, int | float) and not isinstance(x, bool):
-                totals[k] = totals.get(k, 0.0) + w * float(x)
-    return {k: x / weight_sum for k, x in totals.items()} if weight_sum else {}
-
-
-def with_user_config(content: RecordDict, config: ConfigRecord | None) -> RecordDict:
-    """Add the user's ``train_config``/``evaluate_config`` entries to a message's config.
-
-    The strategy's own entries (``method``, ``server-round``, the method's keys) win.
-    """
-    if config and "config" in content:
-        own = content.config_records["config"]
-        content["config"] = ConfigRecord({**dict(config), **dict(own)})
-    return content
-
-
-def match_replies(messages: list[Message], replies: Iterable[Message]
-                  ) -> tuple[dict[int, Message], list[int]]:
-    """Map replies to the node each message went to; return them and the nodes without one.
-
-    A reply is matched through ``reply_to_message_id`` (the SuperLink signs "node unavailable"
-    errors with its own node id); messages the grid did not stamp with an id are matched by the
-    reply's source node.
-    """
-    by_id = {m.metadata.message_id: m.metadata.dst_node_id for m in messages
-             if m.metadata.message_id}
-    sent = {m.metadata.dst_node_id for m in messages}
-    out: dict[int, Message] = {}
-    for reply in replies:
-        node = by_id.get(reply.metadata.reply_to_message_id)
-        if node is None and not by_id and reply.metadata.src_node_id in sent:
-            node = reply.metadata.src_node_id
-        if node is not None and node not in out:
-            out[node] = reply
-    return out, sorted(sent - set(out))
-
-
-def send_and_collect(grid: Grid, messages: list[Message], *, timeout: float
-                     ) -> tuple[dict[int, Message], list[int]]:
-    """Flower's ``send_and_receive``, with the replies mapped to their nodes (see above)."""
-    if not messages:
-        return {}, []
-    return match_replies(messages, grid.send_and_receive(messages, timeout=timeout))
-
-
-def merge_phase(rlog: RoundLog, before: RoundLog) -> None:
-    """Fold a phase run before the round's training (Fed-SB's init) into the round's log."""
-    rlog.metrics["init_up_bytes"] = float(before.up_bytes)
-    rlog.metrics["init_down_bytes"] = float(before.down_bytes)
-    rlog.up_bytes += before.up_bytes
-    rlog.down_bytes += before.down_bytes
-    for f in before.failures:
-        if f["kind"] in ("rejected", "errors", "missing"):
-            setattr(rlog, f["kind"], getattr(rlog, f["kind"]) + 1)
-    rlog.failures = before.failures + rlog.failures
-
-
-#: The counters of a round that travel in Flower's ``Result`` beside the method's metrics.
-COUNTERS = ("clients", "rejected", "errors", "missing", "up_bytes", "down_bytes")
-
-
-def round_metrics(rlog: RoundLog) -> MetricRecord:
-    """A round's metrics and counters as the MetricRecord Flower's ``Result`` keeps."""
-    out: dict[str, int | float] = {k: float(x) for k, x in rlog.metrics.items()}
-    out.update({k: int(getattr(rlog, k)) for k in COUNTERS})
-    return MetricRecord(out)  # type: ignore[arg-type]

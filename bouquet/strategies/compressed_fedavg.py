@@ -19,7 +19,8 @@ import dataclasses
 import numpy as np
 
 from bouquet.schema import key
-from bouquet.strategies.base import NodeReply, StrategySetup
+from bouquet.strategies.base import StrategySetup
+from bouquet.strategies.round_log import NodeReply
 from bouquet.strategies.uplink import UplinkCompression, VectorUplinkStrategy
 
 

@@ -39,8 +39,9 @@ from bouquet.compression.bitpack import index_width
 from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
-from bouquet.strategies.base import NodeReply, Parsed, StrategySetup
+from bouquet.strategies.base import StrategySetup
 from bouquet.strategies.model import ModelStrategy
+from bouquet.strategies.round_log import NodeReply, Parsed
 from bouquet.strategies.system_model import (
     MeasuredProfile,
     SimulatedProfile,

@@ -31,11 +31,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from bouquet.schema import key
-from bouquet.strategies.base import (
-    BouquetStrategy,
-    NodeReply,
-    train_metrics,
-)
+from bouquet.strategies.base import BouquetStrategy
+from bouquet.strategies.round_log import NodeReply, train_metrics
 from bouquet.wire import validation as v
 from bouquet.wire.fedkseed import (
     DOWN_RECORD,

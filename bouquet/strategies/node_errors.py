@@ -32,7 +32,7 @@ def error_text(reason: str, limit: int = 400) -> str:
     original text. Both come out as the exception's name (when known) and its message, cut to
     ``limit`` characters.
     """
-    from bouquet.strategies.base import short_reason  # the one ANSI/traceback trimmer
+    from bouquet.strategies.transport import short_reason  # the one ANSI/traceback trimmer
 
     text = reason.strip()
     m = _FLOWER_REASON.match(text)

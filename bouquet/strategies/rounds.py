@@ -21,7 +21,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 if TYPE_CHECKING:
-    from bouquet.strategies.base import BouquetStrategy, RoundLog
+    from bouquet.strategies.base import BouquetStrategy
+    from bouquet.strategies.round_log import RoundLog
 
 log = logging.getLogger("bouquet")
 

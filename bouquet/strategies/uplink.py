@@ -30,8 +30,8 @@ from bouquet.compression import (
 )
 from bouquet.schema import key
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
-from bouquet.strategies.base import NodeReply, Parsed, train_metrics
 from bouquet.strategies.model import ModelStrategy
+from bouquet.strategies.round_log import NodeReply, Parsed, train_metrics
 from bouquet.wire import validation as v
 from bouquet.wire.flat import Layout
 from bouquet.wire.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
