@@ -31,7 +31,6 @@ import copy
 import dataclasses
 import inspect
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
@@ -52,7 +51,7 @@ from bouquet.strategies.arguments import (
     parse,
     signature,
 )
-from bouquet.strategies.directory import NotEnoughNodes
+from bouquet.strategies.directory import NodeDirectory, NotEnoughNodes
 from bouquet.strategies.initial_model import initial_arrays_from_nodes
 from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.round_log import (
@@ -75,13 +74,12 @@ from bouquet.strategies.transport import (
     with_user_config,
 )
 from bouquet.wire import validation as v
-from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
 from bouquet.wire.validation import InvalidReply
 
 #: Names re-exported from the modules that now hold them (imports of ``base`` keep working).
 __all__ = [
-    "COUNTERS", "BouquetStrategy", "InvalidReply", "NodeReply", "NotEnoughNodes", "Parsed",
-    "PendingPhase", "RoundLog", "StrategySetup", "initial_arrays_from_nodes", "match_replies",
+    "COUNTERS", "BouquetStrategy", "InvalidReply", "NodeDirectory", "NodeReply", "NotEnoughNodes",
+    "Parsed", "PendingPhase", "RoundLog", "StrategySetup", "initial_arrays_from_nodes", "match_replies",
     "merge_phase", "round_metrics", "send_and_collect", "short_reason", "train_metric_name",
     "train_metrics", "use_flower_logging", "weighted_metrics", "with_user_config",
 ]
@@ -177,16 +175,11 @@ class BouquetStrategy(Strategy):
                                    initial_arrays=initial_arrays)
         self.common = parsed.common
         self.method = self.setup.method
-        #: node_id -> partition-id (learnt with a hello query; the node id itself under
-        #: ``discovery="grid"``).
-        self.partitions: dict[int, int] = {}
-        #: partition-id -> number of local training examples reported at hello.
-        self.sizes: dict[int, int] = {}
+        #: The nodes known: partitions, declared sizes, hello errors.
+        self.directory = NodeDirectory()
         #: Update norms of recently accepted replies (the norm screen's memory; checkpointed).
         self.norm_history: dict[str, list[float]] = {}
         self.round_offset = 0
-        #: Errors nodes answered to hello queries, until a round's log records them.
-        self.node_errors = NodeErrors()
         #: The phases sent and not yet admitted, by message type.
         self.pending: dict[str, PendingPhase] = {}
         #: The log of the last admitted phase, by message type (``train``, ``evaluate``).
@@ -302,123 +295,55 @@ class BouquetStrategy(Strategy):
         return max(self.common.min_train_nodes, self.federation.min_available_nodes)
 
     def discover(self, grid: Grid) -> dict[int, int]:
-        """Return ``{partition_id: node_id}`` of online nodes, waiting up to the deadline.
-
-        ``discovery="grid"``: the node ids Flower's grid lists, each standing for its own
-        partition (no message is sent). ``discovery="query"``: new nodes are asked once for
-        their ``partition-id`` and data size (a ``query`` message).
-        """
-        deadline = time.monotonic() + self.common.sample_deadline
-        wanted = self.wanted_nodes()
-        waited = False
-        while True:
-            online = sorted(grid.get_node_ids())
-            new = [n for n in online if n not in self.partitions]
-            if new and self.federation.discovery == "grid":
-                self.partitions.update({n: n for n in new})
-            elif new:
-                self._hello(grid, new)
-            by_pid: dict[int, int] = {}
-            for n in online:
-                if n in self.partitions:
-                    by_pid[self.partitions[n]] = n
-            if len(by_pid) >= wanted:
-                return by_pid
-            if time.monotonic() >= deadline:
-                unusable = [n for n in online if n not in self.partitions]
-                why = self.node_errors.headline(online)
-                raise NotEnoughNodes(
-                    f"only {len(by_pid)} node(s) online after waiting "
-                    f"{self.common.sample_deadline:g}s; min-train-nodes is "
-                    f"{self.common.min_train_nodes}" + (f"; {why}" if why else ""),
-                    self.node_errors.failures(unusable),
-                )
-            if not waited:
-                log.info("waiting for %d node(s) (have %d)", wanted, len(by_pid))
-                waited = True
-            time.sleep(1.0)
-
-    def _hello(self, grid: Grid, node_ids: list[int]) -> None:
-        msgs = [
-            Message(
-                RecordDict({"config": ConfigRecord({ACTION_KEY: HELLO_ACTION,
-                                                    "method": self.method})}),
-                dst_node_id=n,
-                message_type=MessageType.QUERY,
-            )
-            for n in node_ids
-        ]
-        replies, missing = send_and_collect(grid, msgs, timeout=self.common.round_timeout)
-        self._note_hello_failures(replies, missing)
-        online = set(grid.get_node_ids())
-        for n, reply in sorted(replies.items()):
-            if reply.has_error() or "info" not in reply.content:
-                continue
-            try:
-                hello = v.parse_hello(reply.content["info"])
-                holder = next((m for m, p in self.partitions.items()
-                               if p == hello.partition_id and m != n), None)
-                if holder is not None and holder in online:
-                    raise InvalidReply(f"partition-id {hello.partition_id} is already held by "
-                                       f"online node {holder}")
-            except InvalidReply as exc:
-                self.refuse_hello(n, str(exc))
-                continue
-            if holder is not None:  # the old holder went offline: a restarted node takes over
-                del self.partitions[holder]
-            self.partitions[n] = hello.partition_id
-            self.sizes[hello.partition_id] = hello.num_examples
+        """``{partition_id: node_id}`` of online nodes (:meth:`NodeDirectory.discover`)."""
+        return self.directory.discover(grid, self.common, discovery=self.federation.discovery,
+                                       method=self.method, wanted=self.wanted_nodes())
 
     def refuse_hello(self, node_id: int, reason: str) -> None:
-        """A refused hello answer: logged, in the next phase's ``failures``, quoted on a stop."""
-        self.node_errors.note(node_id, "hello query", f"answer refused: {reason}")
-
-    def _note_hello_failures(self, replies: Mapping[int, Message], missing: list[int]) -> None:
-        """Keep each node's hello error (error reply, no ``info``, no answer); forget answered ones."""
-        for n in missing:
-            self.node_errors.note(n, "hello query", "no answer within round-timeout "
-                                  f"({self.common.round_timeout:g}s)")
-        for n, reply in replies.items():
-            if reply.has_error():
-                self.node_errors.note(n, "hello query", reply.error.reason)
-            elif "info" not in reply.content:
-                self.node_errors.note(n, "hello query", "answered without an info record")
-            else:
-                self.node_errors.clear(n)
+        """A refused hello answer (:meth:`NodeDirectory.refuse_hello`)."""
+        self.directory.refuse_hello(node_id, reason)
 
     def report_query_errors(self, rlog: RoundLog) -> None:
         """Put the hello errors no round has recorded yet into ``rlog`` (kind ``errors``)."""
-        for n, text in self.node_errors.take_unreported().items():
-            rlog.fail("errors", n, self.partitions.get(n, -1), text, logged=True)
+        self.directory.report_query_errors(rlog)
+
+    @property
+    def partitions(self) -> dict[int, int]:
+        """node_id -> partition-id (:attr:`NodeDirectory.partitions`)."""
+        return self.directory.partitions
+
+    @partitions.setter
+    def partitions(self, value: dict[int, int]) -> None:
+        self.directory.partitions = value
+
+    @property
+    def sizes(self) -> dict[int, int]:
+        """partition-id -> examples declared at hello (:attr:`NodeDirectory.sizes`)."""
+        return self.directory.sizes
+
+    @sizes.setter
+    def sizes(self, value: dict[int, int]) -> None:
+        self.directory.sizes = value
+
+    @property
+    def node_errors(self) -> NodeErrors:
+        """Hello errors not yet in a round's log (:attr:`NodeDirectory.node_errors`)."""
+        return self.directory.node_errors
 
     # ------------------------------------------------------------------ weights and bounds
     def size_cap(self) -> float:
-        """Largest weight one node may have: ``max-num-examples`` and the median rule."""
-        cap = float(self.common.max_num_examples) if self.common.max_num_examples else np.inf
-        declared = [n for n in self.sizes.values() if n > 0]
-        if self.common.weight_cap_factor > 0 and len(declared) >= 3:
-            cap = min(cap, self.common.weight_cap_factor * float(np.median(declared)))
-        return max(cap, 1.0)
+        """Largest weight one node may have (:meth:`NodeDirectory.size_cap`)."""
+        return self.directory.size_cap(self.common)
 
     def declared_size(self, partition_id: int) -> int:
         """A node's declared data size, clipped to :meth:`size_cap` (0 when it declared none)."""
-        n = self.sizes.get(partition_id, 0)
-        return int(min(n, self.size_cap())) if n > 0 else 0
+        return self.directory.declared_size(partition_id, self.common)
 
     def max_local_steps(self, partition_id: int, *, clipped: bool = False) -> int:
-        """Most local steps a node may take in a round under the run's configuration.
-
-        With ``local-steps`` 0 this follows the node's declared size: as declared (what an
-        honest node can claim; more is a lie) or, with ``clipped``, clipped like its weight
-        (what a method whose step scales with K_i should use at most).
-        """
-        if self.common.local_steps > 0:
-            return self.common.local_steps
-        size = self.declared_size(partition_id) if clipped else self.sizes.get(partition_id, 0)
-        if size <= 0 and self.federation.discovery == "grid":
-            return v.MAX_COUNT  # no declared size bounds it (FederationOptions.discovery)
-        n = max(size, 1)
-        return max(1, self.common.local_epochs * int(np.ceil(n / self.common.batch_size)))
+        """Most local steps a node may take in a round (:meth:`NodeDirectory.max_local_steps`)."""
+        return self.directory.max_local_steps(partition_id, self.common,
+                                              discovery=self.federation.discovery,
+                                              clipped=clipped)
 
     def check_weight(self, partition_id: int, content: RecordDict) -> None:
         """``num-examples`` at most what the node declared; clipped to :meth:`size_cap`.

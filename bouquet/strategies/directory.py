@@ -2,12 +2,32 @@
 
 One job: find the nodes a round can use (discovery ``"grid"`` or ``"query"`` with a hello per new
 node), keep their partitions and declared sizes, their hello errors, and the weight bounds that
-follow from the declared sizes.
+follow from the declared sizes. The run's settings (:class:`~bouquet.schema.CommonConfig`,
+:class:`~bouquet.strategies.arguments.FederationOptions`) are passed to each call, so a strategy
+whose settings are replaced needs no second copy here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from bouquet.schema import CommonConfig
+from bouquet.strategies.node_errors import NodeErrors
+from bouquet.strategies.round_log import RoundLog
+from bouquet.strategies.transport import send_and_collect
+from bouquet.wire import validation as v
+from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
+from bouquet.wire.validation import InvalidReply
+
+log = logging.getLogger("bouquet")
 
 
 class NotEnoughNodes(RuntimeError):
@@ -20,3 +40,149 @@ class NotEnoughNodes(RuntimeError):
     def __init__(self, message: str, failures: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.failures = list(failures or [])
+
+
+@dataclasses.dataclass
+class NodeDirectory:
+    """The nodes a strategy knows: partitions, declared sizes and hello errors.
+
+    Attributes
+    ----------
+    partitions : dict[int, int]
+        node_id -> partition-id (learnt with a hello query; the node id itself under
+        ``discovery="grid"``).
+    sizes : dict[int, int]
+        partition-id -> number of local training examples reported at hello.
+    node_errors : NodeErrors
+        Errors nodes answered to hello queries, until a round's log records them.
+
+    """
+
+    partitions: dict[int, int] = dataclasses.field(default_factory=dict)
+    sizes: dict[int, int] = dataclasses.field(default_factory=dict)
+    node_errors: NodeErrors = dataclasses.field(default_factory=NodeErrors)
+
+    # ------------------------------------------------------------------ discovery
+    def discover(self, grid: Grid, common: CommonConfig, *, discovery: str, method: str,
+                 wanted: int) -> dict[int, int]:
+        """Return ``{partition_id: node_id}`` of online nodes, waiting up to the deadline.
+
+        ``discovery="grid"``: the node ids Flower's grid lists, each standing for its own
+        partition (no message is sent). ``discovery="query"``: new nodes are asked once for
+        their ``partition-id`` and data size (a ``query`` message).
+        """
+        deadline = time.monotonic() + common.sample_deadline
+        waited = False
+        while True:
+            online = sorted(grid.get_node_ids())
+            new = [n for n in online if n not in self.partitions]
+            if new and discovery == "grid":
+                self.partitions.update({n: n for n in new})
+            elif new:
+                self.hello(grid, new, method=method, round_timeout=common.round_timeout)
+            by_pid: dict[int, int] = {}
+            for n in online:
+                if n in self.partitions:
+                    by_pid[self.partitions[n]] = n
+            if len(by_pid) >= wanted:
+                return by_pid
+            if time.monotonic() >= deadline:
+                unusable = [n for n in online if n not in self.partitions]
+                why = self.node_errors.headline(online)
+                raise NotEnoughNodes(
+                    f"only {len(by_pid)} node(s) online after waiting "
+                    f"{common.sample_deadline:g}s; min-train-nodes is "
+                    f"{common.min_train_nodes}" + (f"; {why}" if why else ""),
+                    self.node_errors.failures(unusable),
+                )
+            if not waited:
+                log.info("waiting for %d node(s) (have %d)", wanted, len(by_pid))
+                waited = True
+            time.sleep(1.0)
+
+    def hello(self, grid: Grid, node_ids: list[int], *, method: str,
+              round_timeout: float) -> None:
+        """Ask ``node_ids`` for their partition and size; keep the answers that are valid."""
+        msgs = [
+            Message(
+                RecordDict({"config": ConfigRecord({ACTION_KEY: HELLO_ACTION,
+                                                    "method": method})}),
+                dst_node_id=n,
+                message_type=MessageType.QUERY,
+            )
+            for n in node_ids
+        ]
+        replies, missing = send_and_collect(grid, msgs, timeout=round_timeout)
+        self._note_hello_failures(replies, missing, round_timeout)
+        online = set(grid.get_node_ids())
+        for n, reply in sorted(replies.items()):
+            if reply.has_error() or "info" not in reply.content:
+                continue
+            try:
+                hello = v.parse_hello(reply.content["info"])
+                holder = next((m for m, p in self.partitions.items()
+                               if p == hello.partition_id and m != n), None)
+                if holder is not None and holder in online:
+                    raise InvalidReply(f"partition-id {hello.partition_id} is already held by "
+                                       f"online node {holder}")
+            except InvalidReply as exc:
+                self.refuse_hello(n, str(exc))
+                continue
+            if holder is not None:  # the old holder went offline: a restarted node takes over
+                del self.partitions[holder]
+            self.partitions[n] = hello.partition_id
+            self.sizes[hello.partition_id] = hello.num_examples
+
+    def refuse_hello(self, node_id: int, reason: str) -> None:
+        """A refused hello answer: logged, in the next phase's ``failures``, quoted on a stop."""
+        self.node_errors.note(node_id, "hello query", f"answer refused: {reason}")
+
+    def _note_hello_failures(self, replies: Mapping[int, Message], missing: list[int],
+                             round_timeout: float) -> None:
+        """Keep each node's hello error (error reply, no ``info``, no answer); forget answered ones."""
+        for n in missing:
+            self.node_errors.note(n, "hello query", "no answer within round-timeout "
+                                  f"({round_timeout:g}s)")
+        for n, reply in replies.items():
+            if reply.has_error():
+                self.node_errors.note(n, "hello query", reply.error.reason)
+            elif "info" not in reply.content:
+                self.node_errors.note(n, "hello query", "answered without an info record")
+            else:
+                self.node_errors.clear(n)
+
+    def report_query_errors(self, rlog: RoundLog) -> None:
+        """Put the hello errors no round has recorded yet into ``rlog`` (kind ``errors``)."""
+        for n, text in self.node_errors.take_unreported().items():
+            rlog.fail("errors", n, self.partitions.get(n, -1), text, logged=True)
+
+    # ------------------------------------------------------------------ declared sizes
+    def size_cap(self, common: CommonConfig) -> float:
+        """Largest weight one node may have: ``max-num-examples`` and the median rule."""
+        cap = float(common.max_num_examples) if common.max_num_examples else np.inf
+        declared = [n for n in self.sizes.values() if n > 0]
+        if common.weight_cap_factor > 0 and len(declared) >= 3:
+            cap = min(cap, common.weight_cap_factor * float(np.median(declared)))
+        return max(cap, 1.0)
+
+    def declared_size(self, partition_id: int, common: CommonConfig) -> int:
+        """A node's declared data size, clipped to :meth:`size_cap` (0 when it declared none)."""
+        n = self.sizes.get(partition_id, 0)
+        return int(min(n, self.size_cap(common))) if n > 0 else 0
+
+    def max_local_steps(self, partition_id: int, common: CommonConfig, *, discovery: str,
+                        clipped: bool = False) -> int:
+        """Most local steps a node may take in a round under the run's configuration.
+
+        With ``local-steps`` 0 this follows the node's declared size: as declared (what an
+        honest node can claim; more is a lie) or, with ``clipped``, clipped like its weight
+        (what a method whose step scales with K_i should use at most).
+        """
+        if common.local_steps > 0:
+            return common.local_steps
+        size = self.declared_size(partition_id, common) if clipped else \
+            self.sizes.get(partition_id, 0)
+        if size <= 0 and discovery == "grid":
+            return v.MAX_COUNT  # no declared size bounds it (FederationOptions.discovery)
+        n = max(size, 1)
+        return max(1, common.local_epochs * int(np.ceil(n / common.batch_size)))
