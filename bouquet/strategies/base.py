@@ -27,7 +27,6 @@ Train metrics follow one rule (:func:`train_metrics`): a client's metric ``loss`
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import logging
@@ -41,6 +40,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from bouquet.schema import CommonConfig
+from bouquet.strategies import admission
 from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies.arguments import (
     BASE_COMMON_KEYS,
@@ -346,62 +346,27 @@ class BouquetStrategy(Strategy):
                                               clipped=clipped)
 
     def check_weight(self, partition_id: int, content: RecordDict) -> None:
-        """``num-examples`` at most what the node declared; clipped to :meth:`size_cap`.
-
-        A weight above the declared size is a lie and rejects the reply; a declared size above
-        the cap is clipped in place (the server's parsed copy), so every aggregation rule reads
-        the bounded value.
-        """
-        if "metrics" not in content or "num-examples" not in content["metrics"]:
-            return  # the method's own validation says whether the weight is required
-        rec = content.metric_records["metrics"]
-        n = v.strict_int(rec["num-examples"], "metrics/num-examples", min=1)
-        declared = self.sizes.get(partition_id, 0)
-        if declared > 0 and n > declared:
-            raise InvalidReply(f"metrics/num-examples: {n} above the {declared} examples the "
-                               "node declared")
-        cap = self.size_cap()
-        if n > cap:
-            rec["num-examples"] = int(cap)
+        """``num-examples`` at most the declared size; clipped to :meth:`size_cap`."""
+        admission.check_weight(content, self.sizes.get(partition_id, 0), self.size_cap())
 
     def screen_norms(self, norms: Mapping[int, float], key: str = "train") -> dict[int, str]:
-        """Partitions whose update norm is out of bounds, with the reason.
+        """Partitions whose update norm is out of bounds (:func:`admission.screen_norms`).
 
-        The bound is ``norm-bound-factor`` times the median of this round's norms together with
-        the recently accepted ones (so that two replies, one of them absurd, cannot set their own
-        median), and ``max-update-norm`` when set. ``key`` names the kind of update (a method
-        whose phases send different quantities keeps one memory per phase).
+        ``key`` names the kind of update (a method whose phases send different quantities
+        keeps one memory per phase in :attr:`norm_history`).
         """
-        out: dict[int, str] = {}
-        if self.common.max_update_norm > 0:
-            for pid, x in norms.items():
-                if x > self.common.max_update_norm:
-                    out[pid] = (f"update norm {x:.4g} above max-update-norm "
-                                f"{self.common.max_update_norm:g}")
-        factor = self.common.norm_bound_factor
-        pool = [*norms.values(), *self.norm_history.get(key, [])]
-        if factor > 0 and len(pool) >= 3:
-            median = float(np.median(pool))
-            for pid, x in norms.items():
-                if pid not in out and x > factor * max(median, 1e-12):
-                    out[pid] = (f"update norm {x:.4g} is {x / max(median, 1e-12):.3g}x the "
-                                f"median {median:.4g} (norm-bound-factor {factor:g})")
-        return out
+        return admission.screen_norms(norms, self.norm_history.get(key, []),
+                                      max_update_norm=self.common.max_update_norm,
+                                      factor=self.common.norm_bound_factor)
 
     def remember_norms(self, norms: list[float], key: str = "train", keep: int = 64) -> None:
         """Keep the accepted norms of the last rounds for :meth:`screen_norms`."""
-        self.norm_history[key] = [*self.norm_history.get(key, []), *norms][-keep:]
+        self.norm_history[key] = admission.remembered(self.norm_history.get(key, []), norms,
+                                                      keep)
 
     def state_is_finite(self) -> bool:
         """Whether the global state is finite (the base checks :meth:`global_arrays`)."""
-        arrays = self.global_arrays()
-        if arrays is None:
-            return True
-        for key in arrays.keys():
-            a = arrays[key].numpy()
-            if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
-                return False
-        return True
+        return admission.arrays_are_finite(self.global_arrays())
 
     # ------------------------------------------------------------------ one round
 
@@ -434,69 +399,9 @@ class BouquetStrategy(Strategy):
         replies reads it there, as Fed-SB's init does).
         """
         try:
-            return self._admit(self.pending[message_type], replies)
+            return admission.admit(self, self.pending[message_type], replies)
         finally:
             self.pending.pop(message_type, None)
-
-    def _admit(self, phase: PendingPhase, replies: Iterable[Message]) -> RoundLog:
-        """:meth:`admit_phase` of one phase (still in :attr:`pending` while it is admitted)."""
-        message_type = phase.message_type
-        rnd = phase.round
-        if phase.before is not None and not phase.messages:
-            self.last_log[message_type] = phase.before
-            return phase.before
-        rlog = RoundLog(round=rnd, sampled=sorted(phase.down_bytes))
-        self.report_query_errors(rlog)
-        by_node, missing = match_replies(phase.messages, replies)
-        pid_of = phase.partition_of
-        train = message_type == MessageType.TRAIN
-        good: list[NodeReply] = []
-        norms: dict[int, float] = {}
-        for node in missing:
-            rlog.fail("missing", node, pid_of[node], "no reply before the round timeout")
-        for node, reply in sorted(by_node.items()):
-            pid = pid_of[node]
-            if reply.has_error():
-                rlog.fail("errors", node, pid, f"code {reply.error.code}: {reply.error.reason}")
-                continue
-            content = reply.content
-            up = content_bytes(content)
-            rlog.up_bytes += up
-            try:
-                parsed = Parsed(None)
-                if train:
-                    parsed = self.admit_train_reply(rnd, pid, content)
-                    if parsed.norm is not None:
-                        norms[pid] = parsed.norm
-                else:
-                    v.evaluation_reply(content, max_examples=v.MAX_COUNT)
-                    self.clip_evaluation_weight(content)
-            except InvalidReply as exc:
-                rlog.fail("rejected", node, pid, str(exc))
-                continue
-            good.append(NodeReply(node, pid, content, up, phase.down_bytes[pid], parsed.value))
-        node_of = {pid: n for n, pid in pid_of.items()}
-        for pid, reason in self.screen_norms(norms, phase.norm_key).items():
-            rlog.fail("rejected", node_of[pid], pid, reason)
-            good = [r for r in good if r.partition_id != pid]
-            del norms[pid]
-        rlog.down_bytes = sum(phase.down_bytes.values())
-        rlog.clients = len(good)
-        if not train:
-            rlog.metrics = weighted_metrics(good)
-        elif good:
-            rlog.metrics = self.aggregate_safely(rnd, sorted(good, key=lambda r: r.partition_id),
-                                                 rlog)
-            if rlog.clients:
-                self.remember_norms(
-                    [norms[r.partition_id] for r in good if r.partition_id in norms],
-                    phase.norm_key)
-        else:
-            log.warning("round %d: no usable reply; the global state is kept", rnd)
-        if phase.before is not None:
-            merge_phase(rlog, phase.before)
-        self.last_log[message_type] = rlog
-        return rlog
 
     def run_phase(self, grid: Grid, rnd: int, contents: Mapping[int, RecordDict],
                   by_pid: Mapping[int, int], message_type: str, *,
@@ -533,33 +438,12 @@ class BouquetStrategy(Strategy):
 
     def clip_evaluation_weight(self, content: RecordDict) -> None:
         """Clip an evaluation reply's ``num-examples`` to :meth:`size_cap` (in place)."""
-        rec = content.metric_records["metrics"]
-        cap = self.size_cap()
-        n = rec["num-examples"]
-        if isinstance(n, int) and n > cap:
-            rec["num-examples"] = int(cap)
+        admission.clip_weight(content, self.size_cap())
 
     def aggregate_safely(self, rnd: int, replies: list[NodeReply], rlog: RoundLog
                          ) -> dict[str, float]:
-        """:meth:`aggregate_round`, undone if it raises :class:`InvalidReply` or leaves NaN/inf.
-
-        A method that only finds a problem while aggregating (or arithmetic that overflows) must
-        not end the run or poison the model: the state before the round is restored and the
-        round's replies are counted as rejected.
-        """
-        before = copy.deepcopy(self.state_dict())
-        try:
-            metrics = dict(self.aggregate_round(rnd, replies))
-            if self.state_is_finite():
-                return metrics
-            reason = "the aggregate was not finite; the round's update is undone"
-        except InvalidReply as exc:
-            reason = f"aggregation refused the round: {exc}"
-        self.load_state_dict(before)
-        for r in replies:
-            rlog.fail("rejected", r.node_id, r.partition_id, reason)
-        rlog.clients = 0
-        return {}
+        """:meth:`aggregate_round`, undone if it raises :class:`InvalidReply` or leaves NaN/inf."""
+        return admission.aggregate_safely(self, rnd, replies, rlog)
 
     # ------------------------------------------------------------------ federated evaluation
     def evaluation_content(self, rnd: int, partition_id: int) -> RecordDict | None:
