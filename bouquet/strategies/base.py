@@ -30,14 +30,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Self
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import console_handler
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy
 
 from bouquet.schema import CommonConfig
 from bouquet.strategies import admission
@@ -52,6 +51,7 @@ from bouquet.strategies.arguments import (
     signature,
 )
 from bouquet.strategies.directory import NodeDirectory, NotEnoughNodes
+from bouquet.strategies.flower_api import FlowerStrategyAPI
 from bouquet.strategies.initial_model import initial_arrays_from_nodes
 from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.round_log import (
@@ -66,7 +66,6 @@ from bouquet.strategies.round_log import (
     train_metrics,
     weighted_metrics,
 )
-from bouquet.strategies.rounds import EvaluateFn, RoundCallback, run_rounds
 from bouquet.strategies.transport import (
     match_replies,
     send_and_collect,
@@ -127,7 +126,7 @@ class StrategySetup:
     initial_arrays: ArrayRecord | None = None
 
 
-class BouquetStrategy(Strategy):
+class BouquetStrategy(FlowerStrategyAPI):
     """Base class of every bouquet strategy (see the module docstring).
 
     Subclasses declare :attr:`config_sections` (their configuration sections by prefix),
@@ -478,90 +477,6 @@ class BouquetStrategy(Strategy):
             if messages else []
         return self.admit_phase(MessageType.EVALUATE, replies)
 
-    # ------------------------------------------------------------------ Flower Strategy API
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Flower API: this round's messages (``config`` is added to each message's config).
-
-        ``arrays`` is the initial model when the constructor had none; afterwards the
-        strategy's own global state is what is sent.
-        """
-        self.ensure_model(arrays)
-        by_pid = self.discover(grid)
-        before = self.before_train(grid, server_round)
-        if before is not None and self.skip_training():
-            return self.send_phase(server_round, {}, by_pid, MessageType.TRAIN, before=before)
-        chosen = self.choose_partitions(server_round, sorted(by_pid))
-        contents = {pid: with_user_config(c, config)
-                    for pid, c in self.configure_round(server_round, chosen).items()}
-        return self.send_phase(server_round, contents, by_pid, MessageType.TRAIN, before=before)
-
     def skip_training(self) -> bool:
         """Whether the round stops after :meth:`before_train` (its phase failed)."""
         return False
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Flower API: admit and aggregate the replies (bad ones are dropped and counted).
-
-        The MetricRecord holds the method's metrics and the round's counters (``clients``,
-        ``rejected``, ``errors``, ``missing``, ``up_bytes``, ``down_bytes``).
-        """
-        rlog = self.admit_phase(MessageType.TRAIN, replies)
-        return self.global_arrays(), round_metrics(rlog)
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Flower API: the global state to ``fraction_evaluate`` of the online nodes."""
-        if self.federation.fraction_evaluate <= 0:
-            return []
-        by_pid = self.discover(grid)
-        available = sorted(by_pid)
-        k = int(np.ceil(self.federation.fraction_evaluate * len(available)))
-        k = max(min(k, len(available)), min(self.federation.min_evaluate_nodes, len(available)))
-        rng = np.random.default_rng([self.common.seed, server_round, 11])
-        chosen = sorted(available[i] for i in rng.choice(len(available), size=k, replace=False))
-        return self.evaluation_messages(server_round, by_pid, chosen, config)
-
-    def aggregate_evaluate(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> MetricRecord | None:
-        """Flower API: admit the evaluation replies; their weighted-average metrics."""
-        if MessageType.EVALUATE not in self.pending:
-            return None
-        rlog = self.admit_phase(MessageType.EVALUATE, replies)
-        return round_metrics(rlog)
-
-    def start(  # type: ignore[override]
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord | None = None,
-        num_rounds: int = 3,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: EvaluateFn | None = None,
-        *,
-        first_round: int = 1,
-        callbacks: Sequence[RoundCallback] = (),
-    ) -> Result:
-        """Flower's ``start()``: run the rounds and return Flower's ``Result``.
-
-        The arguments are Flower's; ``initial_arrays`` may be None when the constructor had the
-        model (or the strategy holds none). Keyword-only extras: ``first_round`` continues a
-        run restored with :meth:`load_state_dict`; each of ``callbacks`` is called as
-        ``callback(strategy, report)`` with a :class:`~bouquet.strategies.rounds.RoundReport`
-        after every round (bouquet's results files, checkpoints and progress lines are such
-        callbacks, :mod:`bouquet.apps.recorder`).
-        """
-        return run_rounds(self, grid, initial_arrays, num_rounds, timeout, train_config,
-                          evaluate_config, evaluate_fn, first_round=first_round,
-                          callbacks=callbacks)
-
-    def summary(self) -> None:
-        """Flower API: log the strategy's name and key settings."""
-        log.info("%s (method %s, task %s, discovery %s)", type(self).__name__, self.method,
-                 self.setup.task or "-", self.federation.discovery)
