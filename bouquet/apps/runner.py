@@ -28,7 +28,8 @@ from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder, say
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.apps.resume import check_resume, checkpoint_identity
-from bouquet.strategies.base import BouquetStrategy, StrategySetup
+from bouquet.strategies.arguments import StrategySetup
+from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.checkpoint import load_checkpoint
 from bouquet.strategies.directory import NotEnoughNodes
 from bouquet.strategies.initial_model import initial_arrays_from_nodes

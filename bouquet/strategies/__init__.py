@@ -9,7 +9,8 @@ server installed with plain ``pip install flwr-bouquet`` imports any of them::
     result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=10)
 """
 
-from bouquet.strategies.base import BouquetStrategy, StrategySetup
+from bouquet.strategies.arguments import StrategySetup
+from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.compressed_fedavg import FedAvgCompressed, FedEF
 from bouquet.strategies.fedavg import FedAvg
 from bouquet.strategies.fedcg import FedCG

@@ -17,6 +17,8 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from flwr.app import ArrayRecord
+
 from bouquet.schema import CommonConfig, KeySpec, key, section_keys
 
 
@@ -160,3 +162,29 @@ def parameters_doc(arguments: Sequence[Argument]) -> str:
         lines += [f"{a.name} : {a.spec.type.__name__}, default {a.spec.default!r}",
                   f"    {a.spec.help} ({a.spec.allowed()}; {where})."]
     return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class StrategySetup:
+    """What a strategy factory receives.
+
+    Attributes
+    ----------
+    common : CommonConfig
+        Keys every run has.
+    sections : dict[str, Any]
+        The method's (and task's) configuration sections by prefix.
+    method : str
+        Method name (sent to nodes so the ClientApp can dispatch).
+    task : str
+        Task name.
+    initial_arrays : ArrayRecord or None
+        The task's initial model, when the method has one.
+
+    """
+
+    common: CommonConfig
+    sections: dict[str, Any]
+    method: str
+    task: str
+    initial_arrays: ArrayRecord | None = None

@@ -2,22 +2,18 @@
 
 :class:`BouquetStrategy` is a Flower :class:`~flwr.serverapp.strategy.Strategy`, built with
 keyword arguments (``FedAvg(fraction_train=0.5)``) and run by Flower's own
-``strategy.start(grid=..., initial_arrays=..., num_rounds=...)``. It adds what the project's
-contracts (DESIGN §4) need and Flower leaves to each strategy:
+``strategy.start(grid=..., initial_arrays=..., num_rounds=...)``. It composes the federation
+services and declares the method hooks. The services, one job a module:
 
-* node discovery from the grid's node ids (``discovery="grid"``, any Flower ClientApp), or by
-  ``partition-id`` with a one-off ``query`` per new node (``discovery="query"``, bouquet's
-  ClientApp), and seeded sampling with a deadline instead of an endless wait;
-* one message per node (per-node content is normal);
-* every reply accounted for, through one admission path (:meth:`BouquetStrategy.admit_phase`)
-  that Flower's ``aggregate_train``/``aggregate_evaluate`` and bouquet's own
-  :meth:`~BouquetStrategy.train_round` share: error replies are mapped back to their node
-  through ``reply_to_message_id`` (the SuperLink signs "node unavailable" errors with its own
-  id), replies missing at the timeout are counted, and each reply is validated (record names,
-  auxiliary metrics, weight cap, the method's checks, norm screen) before it can touch the
-  global state, which is rolled back if the aggregate is not finite;
-* measured uplink/downlink bytes per round;
-* ``state_dict``/``load_state_dict`` for checkpoints.
+* :mod:`~bouquet.strategies.directory`: node discovery (``discovery="grid"`` or ``"query"``
+  with a hello per new node), partitions, declared sizes, node errors, weight bounds;
+* :mod:`~bouquet.strategies.transport`: Flower's ``send_and_receive`` with every reply mapped
+  back to its node through ``reply_to_message_id``;
+* :mod:`~bouquet.strategies.admission`: the one admission path (:meth:`admit_phase`, shared by
+  Flower's ``aggregate_*`` and :meth:`train_round`): record names, auxiliary metrics, weight
+  cap, the method's checks, norm screen, rollback of a non-finite aggregate;
+* :mod:`~bouquet.strategies.round_log`: the round log, its counters and derived metrics;
+* :mod:`~bouquet.strategies.flower_api`: Flower's Strategy methods on these phases.
 
 A method implements :meth:`configure_round`, :meth:`validate_reply`, :meth:`aggregate_round` and,
 when it has server state beyond what the base keeps, :meth:`state_dict`/:meth:`load_state_dict`.
@@ -27,7 +23,6 @@ Train metrics follow one rule (:func:`train_metrics`): a client's metric ``loss`
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 from collections.abc import Iterable, Mapping
@@ -38,12 +33,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import console_handler
 from flwr.serverapp import Grid
 
-from bouquet.schema import CommonConfig
 from bouquet.strategies import admission
 from bouquet.strategies.accounting import content_bytes
 from bouquet.strategies.arguments import (
     BASE_COMMON_KEYS,
     Argument,
+    StrategySetup,
     arguments_of,
     as_arguments,
     parameters_doc,
@@ -99,32 +94,6 @@ def use_flower_logging(logger: logging.Logger = log) -> None:
 
 
 use_flower_logging()
-
-@dataclasses.dataclass
-class StrategySetup:
-    """What a strategy factory receives.
-
-    Attributes
-    ----------
-    common : CommonConfig
-        Keys every run has.
-    sections : dict[str, Any]
-        The method's (and task's) configuration sections by prefix.
-    method : str
-        Method name (sent to nodes so the ClientApp can dispatch).
-    task : str
-        Task name.
-    initial_arrays : ArrayRecord or None
-        The task's initial model, when the method has one.
-
-    """
-
-    common: CommonConfig
-    sections: dict[str, Any]
-    method: str
-    task: str
-    initial_arrays: ArrayRecord | None = None
-
 
 class BouquetStrategy(FlowerStrategyAPI):
     """Base class of every bouquet strategy (see the module docstring).
@@ -366,8 +335,6 @@ class BouquetStrategy(FlowerStrategyAPI):
     def state_is_finite(self) -> bool:
         """Whether the global state is finite (the base checks :meth:`global_arrays`)."""
         return admission.arrays_are_finite(self.global_arrays())
-
-    # ------------------------------------------------------------------ one round
 
     # ------------------------------------------------------------------ one phase
     def send_phase(self, rnd: int, contents: Mapping[int, RecordDict], by_pid: Mapping[int, int],

@@ -19,7 +19,7 @@ import dataclasses
 import numpy as np
 
 from bouquet.schema import key
-from bouquet.strategies.base import StrategySetup
+from bouquet.strategies.arguments import StrategySetup
 from bouquet.strategies.round_log import NodeReply
 from bouquet.strategies.uplink import UplinkCompression, VectorUplinkStrategy
 

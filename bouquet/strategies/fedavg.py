@@ -19,7 +19,7 @@ from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
 from bouquet.schema import key
-from bouquet.strategies.base import StrategySetup
+from bouquet.strategies.arguments import StrategySetup
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.round_log import NodeReply, train_metrics
 from bouquet.wire.arrays import to_numpy

@@ -38,8 +38,7 @@ from bouquet.compression import PayloadError, TopK, decode_record
 from bouquet.compression.bitpack import index_width
 from bouquet.schema import key
 from bouquet.strategies import fedcg_plan
-from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
-from bouquet.strategies.base import StrategySetup
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS, StrategySetup
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.round_log import NodeReply, Parsed
 from bouquet.strategies.system_model import (

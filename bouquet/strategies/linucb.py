@@ -42,8 +42,8 @@ from flwr.app import MetricRecord, RecordDict
 
 from bouquet.privacy import ledger, shuffle, tree
 from bouquet.schema import key
-from bouquet.strategies.arguments import BASE_COMMON_KEYS
-from bouquet.strategies.base import BouquetStrategy, StrategySetup
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, StrategySetup
+from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.round_log import NodeReply
 from bouquet.wire import validation as v
 from bouquet.wire.arrays import to_numpy, to_record

@@ -38,8 +38,8 @@ from flwr.serverapp import Grid
 
 from bouquet.privacy.dp_config import DPConfig
 from bouquet.schema import key
-from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
-from bouquet.strategies.base import BouquetStrategy, StrategySetup
+from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS, StrategySetup
+from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.round_log import NodeReply, RoundLog
 from bouquet.wire import validation as v
 from bouquet.wire.arrays import to_numpy, to_record

@@ -50,7 +50,7 @@ from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 
 from bouquet.compression import PAYLOAD_RECORD, Compressor, make_compressor
 from bouquet.schema import key
-from bouquet.strategies.base import StrategySetup
+from bouquet.strategies.arguments import StrategySetup
 from bouquet.strategies.round_log import NodeReply
 from bouquet.strategies.uplink import UplinkCompression, VectorUplinkStrategy
 from bouquet.wire.scaffold import CONTROL_KEY, CONTROL_PAYLOAD_RECORD, CONTROL_RECORD
