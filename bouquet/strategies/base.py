@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
-from flwr.common.logger import console_handler
 from flwr.serverapp import Grid
 
 from bouquet.strategies import admission
@@ -46,7 +45,7 @@ from bouquet.strategies.arguments import (
     signature,
 )
 from bouquet.strategies.directory import NodeDirectory, NotEnoughNodes
-from bouquet.strategies.flower_api import FlowerStrategyAPI
+from bouquet.strategies.flower_api import FlowerStrategyAPI, use_flower_logging
 from bouquet.strategies.initial_model import initial_arrays_from_nodes
 from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.round_log import (
@@ -80,20 +79,6 @@ __all__ = [
 
 log = logging.getLogger("bouquet")
 
-
-def use_flower_logging(logger: logging.Logger = log) -> None:
-    """Give ``logger`` Flower's console handler (once) so its lines show as Flower's do.
-
-    Without a handler, Python prints only warnings of a library logger; with Flower's, the
-    waiting and progress lines (INFO) appear in the ServerApp's log next to Flower's own.
-    """
-    if not any(h is console_handler for h in logger.handlers):
-        logger.addHandler(console_handler)
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)
-
-
-use_flower_logging()
 
 class BouquetStrategy(FlowerStrategyAPI):
     """Base class of every bouquet strategy (see the module docstring).

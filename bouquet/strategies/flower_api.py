@@ -1,9 +1,10 @@
 """Flower's Strategy API in terms of bouquet's phases.
 
 One job: map Flower's ``configure_train``/``aggregate_train``/``configure_evaluate``/
-``aggregate_evaluate``/``start``/``summary`` onto :class:`~bouquet.strategies.base.BouquetStrategy`'s
-discovery, sampling, phases and admission, so that Flower's own ``strategy.start(...)`` runs a
-bouquet method. :class:`FlowerStrategyAPI` is the base class ``BouquetStrategy`` derives from.
+``aggregate_evaluate``/``start``/``summary`` onto the discovery, sampling, phases and admission
+of :class:`~bouquet.strategies.base.BouquetStrategy`, so that Flower's own ``strategy.start(...)`` runs a
+bouquet method. :class:`FlowerStrategyAPI` is the base class ``BouquetStrategy`` derives from;
+:func:`use_flower_logging` makes bouquet's log lines show as Flower's do.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.common.logger import console_handler
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
@@ -25,6 +27,21 @@ if TYPE_CHECKING:
     from bouquet.strategies.base import BouquetStrategy
 
 log = logging.getLogger("bouquet")
+
+
+def use_flower_logging(logger: logging.Logger = log) -> None:
+    """Give ``logger`` Flower's console handler (once) so its lines show as Flower's do.
+
+    Without a handler, Python prints only warnings of a library logger; with Flower's, the
+    waiting and progress lines (INFO) appear in the ServerApp's log next to Flower's own.
+    """
+    if not any(h is console_handler for h in logger.handlers):
+        logger.addHandler(console_handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
+use_flower_logging()
 
 
 class FlowerStrategyAPI(Strategy):
