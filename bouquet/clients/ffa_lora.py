@@ -16,67 +16,20 @@ PEFT-wrappable model::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from flwr.app import Context, Message
-from torch import nn
 
-from bouquet.clients.lora import FFALoraClient, public_round
-from bouquet.privacy.dp import ExampleLossFn, LossFn
-from bouquet.privacy.dp_config import DPConfig
+from bouquet.clients.lora import FFALoraClient, ModelSource, public_round
+from bouquet.privacy.dp import LossFn
 
 
-def train(msg: Message, context: Context, model: nn.Module | Callable[[], nn.Module],
-          x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *,
-          target_modules: str | Sequence[str] = "query,value,q_proj,v_proj",
-          head_modules: str | Sequence[str] = "classifier,score", lr: float = 1e-3,
-          local_steps: int = 0, local_epochs: int = 1, batch_size: int = 32, seed: int = 0,
-          dp: DPConfig | Mapping[str, Any] | None = None,
-          example_loss_fn: ExampleLossFn | None = None, num_server_rounds: int = 1,
-          **options: Any) -> Message:
+def train(msg: Message, context: Context, model: ModelSource, x: torch.Tensor, y: torch.Tensor,
+          loss_fn: LossFn, **options: Any) -> Message:
     """One FFA-LoRA round on the user's model and rows.
 
-    Parameters
-    ----------
-    msg, context : Message, Context
-        What Flower passes to ``@app.train()``; the DP accountant (and Fed-SB's frame) live in
-        ``context.state``. Node config ``dp-seed`` and ``dp-max-epsilon`` are honoured.
-    model : nn.Module or callable
-        The user's pretrained transformers (or any torch) model, fresh for this call (LoRA
-        layers are injected in place with PEFT), or a zero-argument factory building it.
-    x, y : torch.Tensor
-        The node's training rows: model inputs (e.g. token ids) and labels.
-    loss_fn : callable
-        ``loss_fn(model, x, y)`` -> mean loss of a batch.
-    target_modules, head_modules : str or sequence of str
-        Modules whose 2-D weight gets LoRA (last name component or full name), and modules
-        trained in full and sent (the task head); as the server's ``lora`` section.
-    lr, local_steps, local_epochs, batch_size : float, int, int, int
-        Local schedule (``local_steps`` 0: ``local_epochs`` passes over the rows).
-    seed : int
-        The run seed (FFA-LoRA's frozen A derives from it: use the server's).
-    dp : DPConfig or mapping, optional
-        DP-SGD with Opacus (``pip install flwr-bouquet[dp]``): a :class:`DPConfig` or its fields
-        (``noise_multiplier``, ``target_epsilon``, ``delta``, ``max_grad_norm``,
-        ``max_epsilon``, ``sampling``); needs ``example_loss_fn``.
-    example_loss_fn : callable, optional
-        ``fn(model, x, y)`` -> one loss per example (DP-SGD bounds each example's gradient).
-    num_server_rounds : int
-        Rounds the privacy calibration plans for (``dp.target_epsilon`` mode).
-    **options
-        Further ``lora`` keys: ``rank`` (8), ``alpha`` (0: r), ``optimizer`` ("adamw").
-
-    Returns
-    -------
-    Message
-        ``arrays`` (the trained adapters and head) and ``metrics`` (``num-examples``; with
-        DP ``epsilon``, ``delta``, ``noise_multiplier``).
-
+    The arguments (the LoRA placement, the local schedule, ``seed``, optional DP-SGD) and the
+    reply are those of :func:`bouquet.clients.lora.public_round`.
     """
-    return public_round(FFALoraClient(), msg, context, model, x, y, loss_fn,
-                        target_modules=target_modules, head_modules=head_modules, lr=lr,
-                        local_steps=local_steps, local_epochs=local_epochs,
-                        batch_size=batch_size, seed=seed, dp=dp, example_loss_fn=example_loss_fn,
-                        num_server_rounds=num_server_rounds, **options)
+    return public_round(FFALoraClient(), msg, context, model, x, y, loss_fn, **options)

@@ -488,12 +488,58 @@ def _names(value: str | Sequence[str]) -> str:
 
 def public_round(client: LoraClient, msg: Message, context: Context, model: ModelSource,
                  x: torch.Tensor, y: torch.Tensor, loss_fn: LossFn, *,
-                 target_modules: str | Sequence[str], head_modules: str | Sequence[str],
-                 lr: float, local_steps: int, local_epochs: int, batch_size: int, seed: int,
-                 dp: DPConfig | Mapping[str, Any] | None, example_loss_fn: ExampleLossFn | None,
-                 num_server_rounds: int, fed_sb: FedSBConfig | None = None,
-                 **options: Any) -> Message:
-    """Run ``client``'s round on the user's model and rows and wrap the reply."""
+                 target_modules: str | Sequence[str] = "query,value,q_proj,v_proj",
+                 head_modules: str | Sequence[str] = "classifier,score", lr: float = 1e-3,
+                 local_steps: int = 0, local_epochs: int = 1, batch_size: int = 32,
+                 seed: int = 0, dp: DPConfig | Mapping[str, Any] | None = None,
+                 example_loss_fn: ExampleLossFn | None = None, num_server_rounds: int = 1,
+                 fed_sb: FedSBConfig | None = None, **options: Any) -> Message:
+    """One round of ``client``'s LoRA method on the user's model and rows (wrapped reply).
+
+    ``bouquet.clients.fedit.train``, ``ffa_lora.train`` and ``fed_sb.train`` call this with
+    their client and take these arguments.
+
+    Parameters
+    ----------
+    client : LoraClient
+        The method's procedure (FedIT, FFA-LoRA or Fed-SB).
+    msg, context : Message, Context
+        What Flower passes to ``@app.train()``; the DP accountant (and Fed-SB's frame) live in
+        ``context.state``. Node config ``dp-seed`` and ``dp-max-epsilon`` are honoured.
+    model : nn.Module or callable
+        The user's pretrained transformers (or any torch) model, fresh for this call (LoRA
+        layers are injected in place with PEFT), or a zero-argument factory building it.
+    x, y : torch.Tensor
+        The node's training rows: model inputs (e.g. token ids) and labels.
+    loss_fn : callable
+        ``loss_fn(model, x, y)`` -> mean loss of a batch.
+    target_modules, head_modules : str or sequence of str
+        Modules whose 2-D weight gets LoRA (last name component or full name), and modules
+        trained in full and sent (the task head); as the server's ``lora`` section.
+    lr, local_steps, local_epochs, batch_size : float, int, int, int
+        Local schedule (``local_steps`` 0: ``local_epochs`` passes over the rows).
+    seed : int
+        The run seed (FFA-LoRA's frozen A derives from it: use the server's).
+    dp : DPConfig or mapping, optional
+        DP-SGD with Opacus (``pip install flwr-bouquet[dp]``): a :class:`DPConfig` or its fields
+        (``noise_multiplier``, ``target_epsilon``, ``delta``, ``max_grad_norm``,
+        ``max_epsilon``, ``sampling``); needs ``example_loss_fn``.
+    example_loss_fn : callable, optional
+        ``fn(model, x, y)`` -> one loss per example (DP-SGD bounds each example's gradient).
+    num_server_rounds : int
+        Rounds the privacy calibration plans for (``dp.target_epsilon`` mode).
+    fed_sb : FedSBConfig, optional
+        Fed-SB's ``fed-sb`` section (its round-0 protocol).
+    **options
+        Further ``lora`` keys: ``rank`` (8), ``alpha`` (0: r), ``optimizer`` ("adamw").
+
+    Returns
+    -------
+    Message
+        ``arrays`` (the trained adapters and head) and ``metrics`` (``num-examples``; with
+        DP ``epsilon``, ``delta``, ``noise_multiplier``).
+
+    """
     from bouquet.clients.local_training import LocalSchedule, node_index, reply, section_from
 
     lora = section_from(LoraConfig, {**options, "target_modules": _names(target_modules),
