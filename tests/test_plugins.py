@@ -130,6 +130,34 @@ def test_answer_hello_refuses_what_is_not_a_hello() -> None:
         answer_hello(train, ctx, num_examples=3)
 
 
+def test_grid_discovery_caps_an_inflated_weight_at_the_round_median_rule() -> None:
+    """No node declares a size under grid discovery: a claim of 10^6 examples is clipped."""
+    from bouquet.strategies.admission import cap_undeclared_weights
+    from bouquet.strategies.round_log import NodeReply
+
+    def reply(pid: int, n: int) -> NodeReply:
+        rec = RecordDict({"metrics": MetricRecord({"num-examples": n})})
+        return NodeReply(pid, pid, rec, 0, 0)
+
+    replies = [reply(0, 50), reply(1, 40), reply(2, 60), reply(3, 10**6)]
+    cap_undeclared_weights(replies, {}, factor=10.0)
+    assert [r.content["metrics"]["num-examples"] for r in replies] == [50, 40, 60, 550]
+    declared = [reply(0, 50), reply(1, 40), reply(2, 10**6)]
+    cap_undeclared_weights(declared, {2: 10**6}, factor=10.0)  # fewer than 3 undeclared
+    assert declared[2].content["metrics"]["num-examples"] == 10**6
+
+    grid = LocalGrid(4, {}, client=quickstart_app())
+
+    def inflate(content: RecordDict) -> RecordDict:
+        content["metrics"]["num-examples"] = 10**6
+        return content
+
+    grid.corrupt[3] = inflate
+    strategy = FedAvg(min_available_nodes=4, sample_deadline=5.0, fraction_evaluate=0.0)
+    strategy.start(grid=grid, initial_arrays=initial(), num_rounds=1, timeout=10)
+    assert strategy.last_log["train"].clients == 4
+
+
 def test_initial_model_comes_from_start_when_not_given() -> None:
     strategy = Scafcom()
     assert strategy.needs_model() and strategy.global_arrays() is None

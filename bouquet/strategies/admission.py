@@ -124,6 +124,27 @@ def aggregate_safely(strategy: BouquetStrategy, rnd: int, replies: list[NodeRepl
     return {}
 
 
+def cap_undeclared_weights(replies: list[NodeReply], declared: Mapping[int, int],
+                           factor: float) -> None:
+    """Clip ``num-examples`` of nodes that declared no size to ``factor`` x the round's median.
+
+    With ``discovery="grid"`` no node declares its size, so :func:`check_weight` has only
+    ``max-num-examples`` to cap with (none by default): one node claiming 10^9 examples would
+    outweigh the rest. Among at least three such replies, the median of the claims bounds each
+    one (one liar cannot move the median of three or more).
+    """
+    undeclared = [r for r in replies if declared.get(r.partition_id, 0) <= 0
+                  and "metrics" in r.content and "num-examples" in r.content["metrics"]]
+    if factor <= 0 or len(undeclared) < 3:
+        return
+    claims = [int(r.content.metric_records["metrics"]["num-examples"])  # type: ignore[arg-type]
+              for r in undeclared]
+    cap = max(1, int(factor * float(np.median(claims))))
+    for r, n in zip(undeclared, claims, strict=True):
+        if n > cap:
+            r.content.metric_records["metrics"]["num-examples"] = cap
+
+
 def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Message]
           ) -> RoundLog:
     """Admit the replies of one phase (``BouquetStrategy.admit_phase``); return its log."""
@@ -167,6 +188,8 @@ def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Mess
         rlog.fail("rejected", node_of[pid], pid, reason)
         good = [r for r in good if r.partition_id != pid]
         del norms[pid]
+    if not train or strategy.weighted_by_examples:
+        cap_undeclared_weights(good, strategy.sizes, strategy.common.weight_cap_factor)
     rlog.down_bytes = sum(phase.down_bytes.values())
     rlog.clients = len(good)
     if not train:
