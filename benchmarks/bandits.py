@@ -80,14 +80,19 @@ def runs(quick: bool) -> list[BenchRun]:
 
 
 # ----------------------------------------------------------------------------- analysis
-def _curves(summaries: Mapping[str, Any], out_dir: Path) -> dict[str, np.ndarray]:
-    """Mean over seeds of the time-averaged regret per round, by configuration label."""
+def _seed_stacks(summaries: Mapping[str, Any], out_dir: Path) -> dict[str, np.ndarray]:
+    """Time-averaged regret per round, one row per seed, by configuration label."""
     by_group: dict[str, list[np.ndarray]] = {}
     for name in summaries:
         group = name.rpartition("-s")[0]
         rows = read_metrics(out_dir / name)
         by_group.setdefault(group, []).append(np.array([r["regret"] for r in rows]))
-    return {g: np.mean(np.stack(c), axis=0) for g, c in by_group.items()}
+    return {g: np.stack(c) for g, c in by_group.items()}
+
+
+def _curves(summaries: Mapping[str, Any], out_dir: Path) -> dict[str, np.ndarray]:
+    """Mean over seeds of the time-averaged regret per round, by configuration label."""
+    return {g: np.mean(c, axis=0) for g, c in _seed_stacks(summaries, out_dir).items()}
 
 
 def _final(summaries: Mapping[str, Any]) -> dict[str, tuple[float, float, int]]:
@@ -111,43 +116,49 @@ def _mark(ok: bool) -> str:
     return "holds" if ok else "**does not hold**"
 
 
-def _plot(curves: Mapping[str, np.ndarray], groups: Sequence[str], batch: int, title: str,
+def _plot(stacks: Mapping[str, np.ndarray], groups: Sequence[str], batch: int, title: str,
           path: Path, per_silo: bool = False) -> None:
+    """Mean over seeds per configuration, min-max band; a colour per variant, a style per level."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from bouquet.apps.plots import SPREAD_NOTE, LineStyle, line_styles
+
     colours = {"np": "black", "ldp": "tab:red", "amp": "tab:green", "vecsum": "tab:blue"}
-    styles = dict(zip(sorted({BASE_M, *SWEEP_M}), (":", "-", "-.", "--"), strict=True))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for g in groups:
-        if g not in curves:
-            continue
-        y = curves[g]
-        m = int(g.split("-M")[1].split("-")[0])
+    present = [g for g in groups if g in stacks]
+    styles = {g: LineStyle(colours[g.split("-")[0]], st.linestyle, st.marker)
+              for g, st in line_styles(present, family=lambda g: g.split("-")[0]).items()}
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for g in present:
+        y = stacks[g]
         if per_silo:
-            y = y / m
-        t = batch * np.arange(1, len(y) + 1)
-        dashed = "-d" in g  # the delta = 1e-4 runs
-        ax.plot(t, y, label=g, color=colours[g.split("-")[0]],
-                linestyle=styles[m] if per_silo else ("--" if dashed else "-"),
-                alpha=0.6 if g.split("-")[0] == "ldp" and "e0.2" in g else 1.0)
+            y = y / int(g.split("-M")[1].split("-")[0])
+        t = batch * np.arange(1, y.shape[1] + 1)
+        n = y.shape[0]
+        ax.plot(t, y.mean(axis=0), label=g + (f" (mean of {n} seeds)" if n > 1 else ""),
+                markevery=max(1, len(t) // 8), markersize=4, linewidth=1.4,
+                **styles[g].as_kwargs())
+        if n > 1:
+            ax.fill_between(t, y.min(axis=0), y.max(axis=0), color=styles[g].color, alpha=0.15,
+                            linewidth=0)
     ax.set_xlabel("t (steps per silo)")
     ax.set_ylabel("time-averaged regret" + (" per silo" if per_silo else " (sum over silos)"))
     ax.set_yscale("log")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(f"benchmark bandits: {title}\n({SPREAD_NOTE})", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
 def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
     """Check the paper's expected orderings on the measured regret; draw the curves."""
-    curves = _curves(summaries, out_dir)
+    stacks = _seed_stacks(summaries, out_dir)
+    curves = {g: np.mean(c, axis=0) for g, c in stacks.items()}
     final = _final(summaries)
     batch = 25
     lines = ["### Checks against the paper's expectations", "",
@@ -229,14 +240,14 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
     lines.append("")
 
     plots = out_dir / "plots"
-    _plot(curves, order + [_label(k, m, e) for k in ("amp", "vecsum") for e in EPSILONS], batch,
+    _plot(stacks, order + [_label(k, m, e) for k in ("amp", "vecsum") for e in EPSILONS], batch,
           "privacy level, M = 10", plots / "regret_privacy_levels.png")
-    _plot(curves, [_label(k, m, 1.0) for k in ("ldp", "amp", "vecsum")] + [_label("np", m)]
+    _plot(stacks, [_label(k, m, 1.0) for k in ("ldp", "amp", "vecsum")] + [_label("np", m)]
           + [_label("ldp", m, 1.0, 1e-4), _label("amp", m, 1.0, 1e-4)], batch,
           "LDP vs SDP at epsilon = 1, M = 10", plots / "regret_ldp_vs_sdp.png")
-    _plot(curves, [_label(k, mm, 1.0 if k != "np" else None) for mm in ms
+    _plot(stacks, [_label(k, mm, 1.0 if k != "np" else None) for mm in ms
                    for k in ("np", "ldp", "amp")], batch,
           "M sweep (epsilon = 1), per silo", plots / "regret_vs_M.png", per_silo=True)
-    lines.append("Curves (mean over seeds): `plots/regret_privacy_levels.png`, "
+    lines.append("Curves (mean over seeds, shaded min-max): `plots/regret_privacy_levels.png`, "
                  "`plots/regret_ldp_vs_sdp.png`, `plots/regret_vs_M.png`.")
     return "\n".join(lines)

@@ -5,6 +5,9 @@ A suite is a Python file ``benchmarks/<suite>.py`` that defines::
     def runs(quick: bool) -> list[BenchRun]: ...
     # optional: metrics to tabulate and a note printed under the table
     COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_total"]
+    # optional: metrics drawn in DIR/plots, and a run group -> family (one colour per family)
+    PLOT_METRICS = ["accuracy"]
+    def PLOT_FAMILY(group: str) -> str: ...
     def report(summaries: dict[str, dict]) -> str: ...   # extra markdown (checks, ratios)
 
 ``bouquet bench SUITE [--quick] --out DIR`` runs each :class:`BenchRun` through the ServerApp's
@@ -189,7 +192,9 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         from bouquet.apps.plots import plot_curves
 
         metrics = getattr(suite, "PLOT_METRICS", ["accuracy"])
-        plot_curves({r.name: read_metrics(out / r.name) for r in runs}, metrics, out / "plots")
+        plot_curves({r.name: read_metrics(out / r.name) for r in runs}, metrics, out / "plots",
+                    groups=groups, tasks={n: str(s.get("task", "")) for n, s in summaries.items()},
+                    title=f"benchmark {name}", family=getattr(suite, "PLOT_FAMILY", None))
     except Exception as exc:  # plots never lose a benchmark
         text.append(f"(plots skipped: {exc})")
     path = out / "table.md"
