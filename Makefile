@@ -27,12 +27,18 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# Optional data from Debian (Fashion-MNIST for fmnist-cnn); skipped without root or apt.
+# Optional data from Debian (Fashion-MNIST for fmnist-cnn) and headless Chromium (the screenshot
+# test of `bouquet report`, tests/test_report.py); skipped without root or apt.
 system-deps:
 	@if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends dataset-fashion-mnist; \
 	  else echo "note: dataset-fashion-mnist not installed (needs root); fmnist tests will skip"; fi; \
+	fi
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; \
+	  else echo "note: chromium not installed (needs root); the report screenshot test will skip"; fi; \
 	fi
 
 demo: setup

@@ -48,12 +48,6 @@ COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_per_client_round",
            "privacy.epsilon", "time.wall_s"]
 PLOT_METRICS = ["accuracy", "train_loss", "epsilon"]
 
-
-def PLOT_FAMILY(group: str) -> str:  # noqa: N802 (the suite hook's name, bouquet.apps.bench)
-    """One colour per method in the plots (``fed-sb-r40-matched-eps3``, ``gsm-fed-sb-r16`` -> ``fed-sb``)."""
-    return group.removeprefix("gsm-").split("-r")[0]
-
-
 #: Rows of the central evaluation (rt-minilm's ``eval_size``); sets the noise floor of a verdict.
 EVAL_ROWS = 500
 MATCHED = {"fedit": 2, "ffa-lora": 4, "fed-sb": 40}

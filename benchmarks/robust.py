@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.apps.bench import BenchRun, lookup
+from bouquet.apps.verdicts import Check, write_checks
 
 COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_total", "time.wall_s"]
 AGGREGATORS = ("mean", "median", "trimmed-mean")
@@ -64,21 +65,20 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out: Path) -> str:
     for a in AGGREGATORS:
         lines.append(f"| {a} | " + " | ".join(f"{acc[f'{a}-{t}']:.3f}" for t in ATTACKS) + " |")
     clean = acc["mean-none"]
-
-    def verdict(ok: bool) -> str:
-        return "holds" if ok else "does NOT hold"
-
-    lines += ["", "Checks:",
-              f"- norm screen keeps FedAvg within 0.03 of the rogue-free run under x1e4: "
-              f"{verdict(abs(acc['mean-x1e4'] - clean) <= 0.03)} "
-              f"({acc['mean-x1e4']:.3f} vs {clean:.3f})",
-              f"- without the screen, the mean collapses under x1e4 (below 0.3): "
-              f"{verdict(acc['mean-x1e4-noscreen'] < 0.3)} ({acc['mean-x1e4-noscreen']:.3f})",
-              f"- without the screen, median and trimmed mean stay within 0.05 of FedAvg's "
-              f"rogue-free accuracy under x1e4: "
-              f"{verdict(all(clean - acc[f'{a}-x1e4-noscreen'] <= 0.05 for a in AGGREGATORS[1:]))}"
-              f" ({acc['median-x1e4-noscreen']:.3f}, {acc['trimmed-mean-x1e4-noscreen']:.3f})",
-              f"- the robust rules cost at most 0.05 without a rogue: "
-              f"{verdict(all(clean - acc[f'{a}-none'] <= 0.05 for a in AGGREGATORS[1:]))} "
-              f"({acc['median-none']:.3f}, {acc['trimmed-mean-none']:.3f})"]
+    x1e4 = acc["mean-x1e4-noscreen"]
+    robust = [acc[f"{a}-x1e4-noscreen"] for a in AGGREGATORS[1:]]
+    plain = [acc[f"{a}-none"] for a in AGGREGATORS[1:]]
+    checks = [
+        Check.of("norm screen keeps FedAvg within 0.03 of the rogue-free run under x1e4",
+                 abs(acc["mean-x1e4"] - clean) <= 0.03, f"{acc['mean-x1e4']:.3f} vs {clean:.3f}"),
+        Check.of("without the screen, the mean collapses under x1e4 (below 0.3)", x1e4 < 0.3,
+                 f"{x1e4:.3f}"),
+        Check.of("without the screen, median and trimmed mean stay within 0.05 of FedAvg's "
+                 "rogue-free accuracy under x1e4", all(clean - a <= 0.05 for a in robust),
+                 ", ".join(f"{a:.3f}" for a in robust)),
+        Check.of("the robust rules cost at most 0.05 without a rogue",
+                 all(clean - a <= 0.05 for a in plain), ", ".join(f"{a:.3f}" for a in plain)),
+    ]
+    write_checks(out, "robust", checks)
+    lines += ["", "Checks:", *(c.markdown() for c in checks)]
     return "\n".join(lines)

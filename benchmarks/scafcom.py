@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.apps.bench import BenchRun
+from bouquet.apps.verdicts import Check, write_checks
 
 COLUMNS = ["final.accuracy", "best.accuracy", "target.round", "target.up_bytes",
            "comm.up_bytes_total", "comm.up_bytes_per_client_round", "time.wall_s"]
@@ -108,38 +109,37 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     fin = {n: _stat(summaries, n, "final.accuracy") for n in VARIANTS}
     up = {n: _stat(summaries, n, "comm.up_bytes_total") for n in VARIANTS}
     lines = ["### Checks (measured; best accuracy averaged over seeds)", ""]
-
-    def verdict(ok: bool | None) -> str:
-        return "n/a" if ok is None else ("holds" if ok else "does NOT hold")
-
+    checks: list[Check] = []
     ref, ref_up = acc["scaffold"], up["scaffold"]
     for name in ("scafcom-topk", "scallion-randk"):
         a, u = acc[name], up[name]
-        if None in (a, u, ref, ref_up):
+        if a is None or u is None or ref is None or ref_up is None:
             continue
-        gap = 100 * (ref - a)  # type: ignore[operator]
-        ratio = ref_up / u  # type: ignore[operator]
-        ok = gap <= 1.5 and ratio >= 20
-        lines.append(f"- {name} within 1.5 points of SCAFFOLD's best accuracy with >= 20x fewer "
-                     f"uplink bytes: SCAFFOLD minus {name} = {gap:+.1f} points, {ratio:.1f}x fewer bytes "
-                     f"(measured on the wire) -> {verdict(ok)}")
-    if acc["fedavg-topk"] is not None and acc["scafcom-topk"] is not None:
-        gap = 100 * (acc["scafcom-topk"] - acc["fedavg-topk"])  # type: ignore[operator]
-        lines.append(f"- FedAvg+top-k (no EF) falls clearly behind SCAFCOM (> 3 points): "
-                     f"SCAFCOM minus FedAvg+top-k = {gap:+.1f} points -> {verdict(gap > 3)}")
-    if acc["fed-ef"] is not None and acc["scafcom-topk"] is not None:
-        gap = 100 * (acc["scafcom-topk"] - acc["fed-ef"])  # type: ignore[operator]
-        lines.append(f"- Fed-EF stays behind SCAFCOM: SCAFCOM minus Fed-EF = {gap:+.1f} points -> "
-                     f"{verdict(gap > 0)}")
-    if acc["scafcom-beta1"] is not None and acc["scafcom-topk"] is not None:
-        gap = 100 * (acc["scafcom-topk"] - acc["scafcom-beta1"])  # type: ignore[operator]
-        lines.append(f"- beta = 1 ablation is worse than beta = 0.2: beta 0.2 minus beta 1 = "
-                     f"{gap:+.1f} points -> "
-                     f"{verdict(gap > 0)}")
+        gap, ratio = 100 * (ref - a), ref_up / u
+        checks.append(Check.of(
+            f"{name} within 1.5 points of SCAFFOLD's best accuracy with >= 20x fewer uplink bytes",
+            gap <= 1.5 and ratio >= 20, f"SCAFFOLD minus {name} = {gap:+.1f} points, "
+            f"{ratio:.1f}x fewer bytes (measured on the wire)"))
+    sc = acc["scafcom-topk"]
+    if acc["fedavg-topk"] is not None and sc is not None:
+        gap = 100 * (sc - acc["fedavg-topk"])
+        checks.append(Check.of("FedAvg+top-k (no EF) falls clearly behind SCAFCOM (> 3 points)",
+                               gap > 3, f"SCAFCOM minus FedAvg+top-k = {gap:+.1f} points"))
+    if acc["fed-ef"] is not None and sc is not None:
+        gap = 100 * (sc - acc["fed-ef"])
+        checks.append(Check.of("Fed-EF stays behind SCAFCOM", gap > 0,
+                               f"SCAFCOM minus Fed-EF = {gap:+.1f} points"))
+    if acc["scafcom-beta1"] is not None and sc is not None:
+        gap = 100 * (sc - acc["scafcom-beta1"])
+        checks.append(Check.of("beta = 1 ablation is worse than beta = 0.2", gap > 0,
+                               f"beta 0.2 minus beta 1 = {gap:+.1f} points"))
     s1, s2 = fin["scaffold-1up"], fin["scaffold"]
     if s1 is not None and s2 is not None and up["scaffold-1up"] and ref_up:
-        lines.append(f"- single-uplink SCAFFOLD == SCAFFOLD: final accuracy {s1:.4f} vs {s2:.4f}, "
-                     f"uplink ratio {up['scaffold-1up'] / ref_up:.3f}")
+        checks.append(Check.of("single-uplink SCAFFOLD == SCAFFOLD (same final accuracy)",
+                               abs(s1 - s2) < 1e-9, f"final accuracy {s1:.4f} vs {s2:.4f}, "
+                               f"uplink ratio {up['scaffold-1up'] / ref_up:.3f}"))
+    write_checks(out_dir, "scafcom", checks)
+    lines += [c.markdown() for c in checks]
     lines += ["", "Payload-only uplink bytes (compressor output, no Flower framing or metrics), "
               "summed over the run:", ""]
     for name in VARIANTS:

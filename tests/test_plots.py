@@ -50,6 +50,10 @@ def test_one_colour_per_family_and_a_style_per_variant() -> None:
 def test_seeds_are_grouped_by_name_suffix_or_by_config() -> None:
     assert seed_groups(["fedavg-s0", "fedavg-s1", "fedcg-ew1-s0", "x"]) == {
         "fedavg-s0": "fedavg", "fedavg-s1": "fedavg", "fedcg-ew1-s0": "fedcg-ew1", "x": "x"}
+    # the default run names (bouquet.apps.results.default_run_name) carry a tail after the seed
+    assert seed_groups(["fedavg-digits-mlp-s0-run17", "fedavg-digits-mlp-s1-20261201-120000"]) == {
+        "fedavg-digits-mlp-s0-run17": "fedavg-digits-mlp",
+        "fedavg-digits-mlp-s1-20261201-120000": "fedavg-digits-mlp"}
     base = {"method": "fedavg", "task": "digits-mlp", "lr": 0.1}
     configs = {"r0": {**base, "seed": 0, "run-name": "r0"}, "r1": {**base, "seed": 1, "run-name": "r1"},
                "other": {**base, "lr": 0.2, "seed": 0, "run-name": "other"}}

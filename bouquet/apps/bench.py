@@ -5,9 +5,8 @@ A suite is a Python file ``benchmarks/<suite>.py`` that defines::
     def runs(quick: bool) -> list[BenchRun]: ...
     # optional: metrics to tabulate and a note printed under the table
     COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_total"]
-    # optional: metrics drawn in DIR/plots, and a run group -> family (one colour per family)
+    # optional: metrics drawn in DIR/plots (one colour per method, a style per configuration)
     PLOT_METRICS = ["accuracy"]
-    def PLOT_FAMILY(group: str) -> str: ...
     def report(summaries: dict[str, dict]) -> str: ...   # extra markdown (checks, ratios)
 
 ``bouquet bench SUITE [--quick] --out DIR`` runs each :class:`BenchRun` through the ServerApp's
@@ -66,6 +65,12 @@ class BenchRun:
             return self.group
         head, sep, tail = self.name.rpartition("-s")
         return head if sep and tail.isdigit() else self.name
+
+
+def method_family(runs: Sequence[BenchRun]) -> Callable[[str], str]:
+    """Group name -> its runs' ``method``, for one colour per method in the plots."""
+    methods = {r.group_name: str(r.config.get("method", r.group_name)) for r in runs}
+    return lambda group: methods.get(group, group)
 
 
 DEFAULT_COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_total",
@@ -194,7 +199,7 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         metrics = getattr(suite, "PLOT_METRICS", ["accuracy"])
         plot_curves({r.name: read_metrics(out / r.name) for r in runs}, metrics, out / "plots",
                     groups=groups, tasks={n: str(s.get("task", "")) for n, s in summaries.items()},
-                    title=f"benchmark {name}", family=getattr(suite, "PLOT_FAMILY", None))
+                    title=f"benchmark {name}", family=method_family(runs))
     except Exception as exc:  # plots never lose a benchmark
         text.append(f"(plots skipped: {exc})")
     path = out / "table.md"

@@ -131,32 +131,37 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Comparison table and plots from several runs' summary.json."""
+    """Comparison table, plots and one HTML page per folder from runs' summary.json."""
     from bouquet.apps.bench import DEFAULT_COLUMNS, table
-    from bouquet.apps.plots import plot_curves
+    from bouquet.apps.plots import plot_curves, seed_groups
+    from bouquet.apps.report import find_runs, read_config, write_reports
     from bouquet.apps.results import read_metrics
 
     summaries: dict[str, dict[str, Any]] = {}
     runs: dict[str, list[dict[str, Any]]] = {}
+    configs: dict[str, dict[str, Any]] = {}
     for d in args.dirs:
-        for path in sorted(Path(d).glob("**/summary.json")):
-            name = str(path.parent.relative_to(Path(d))) if path.parent != Path(d) \
-                else path.parent.name
-            summaries[name] = json.loads(path.read_text())
-            runs[name] = read_metrics(path.parent)
+        for name, run_dir in find_runs(Path(d)).items():
+            summaries[name] = json.loads((run_dir / "summary.json").read_text())
+            runs[name] = read_metrics(run_dir)
+            configs[name] = read_config(run_dir)
     if not summaries:
         print("no summary.json found under " + ", ".join(args.dirs), file=sys.stderr)
         return 1
     columns = args.columns.split(",") if args.columns else DEFAULT_COLUMNS
     text = table(summaries, columns)
     print(text)
-    if args.out:
-        out = Path(args.out)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix != ".html":
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(text + "\n")
         metrics = sorted({k for s in summaries.values() for k in s.get("final", {})})
-        for p in plot_curves(runs, metrics, out / "plots"):
+        for p in plot_curves(runs, metrics, out / "plots", groups=seed_groups(list(runs), configs),
+                             tasks={n: str(s.get("task", "")) for n, s in summaries.items()}):
             print(f"plot: {p}")
+    dirs = [Path(d) for d in args.dirs if find_runs(Path(d))]
+    for page in write_reports(dirs, out):
+        print(f"report: {page}")
     return 0
 
 
@@ -211,10 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
     common(s)
     s.set_defaults(func=cmd_deploy)
 
-    s = sub.add_parser("report", help="table and plots from runs' summary.json")
-    s.add_argument("dirs", nargs="+", help="run folders or folders that contain them")
+    s = sub.add_parser("report", help="table, plots and one self-contained HTML page per folder "
+                       "from runs' summary.json")
+    s.add_argument("dirs", nargs="+", help="run folders or folders that contain them (a benchmark "
+                   "output: its table.md and verdicts.json go on the page too)")
     s.add_argument("--columns", help="comma-separated summary keys, e.g. final.accuracy")
-    s.add_argument("--out", help="write table.md and plots/ here")
+    s.add_argument("-o", "--out", help="write table.md, plots/ and DIR-name.html per DIR here "
+                   "(a path ending in .html: that page, for one DIR); without it each DIR gets "
+                   "DIR/report.html")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("bench", help="run a benchmark suite from benchmarks/")

@@ -43,7 +43,8 @@ X_AXES = {"round": ("round", "round"),
           "uplink": ("cumulative uplink (MB, measured on the wire)", "cumulative uplink"),
           "sim_time": ("simulated time (s)", "simulated time")}
 SPREAD_NOTE = "lines: mean over seeds; shaded: min-max over seeds"
-_SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)$")
+#: ``name-s<seed>``, also with the default run name's tail (``-run<id>`` or ``-<date>-<time>``).
+_SEED_SUFFIX = re.compile(r"^(?P<name>.+)-s(?P<seed>\d+)(-run\d+|-\d{8}-\d{6})?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +125,10 @@ def line_styles(labels: Sequence[str],
 
 
 def seed_name(label: str) -> str:
-    """``"fedavg-s3"`` -> ``"fedavg"``; a label without a ``-s<seed>`` suffix is its own name."""
+    """``"fedavg-s3"``, ``"fedavg-digits-mlp-s3-run7"`` -> ``"fedavg"``, ``"fedavg-digits-mlp"``.
+
+    A label without a ``-s<seed>`` suffix is its own name.
+    """
     m = _SEED_SUFFIX.match(label)
     return m.group("name") if m else label
 
@@ -257,7 +261,8 @@ def draw_figure(drawn: list[Curve], key: str, xaxis: str, title: str,
     tasks = list(dict.fromkeys(c.task for c in drawn))
     ncols = len(tasks)
     fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols + 2.6, 4.2), squeeze=False)
-    styles = line_styles([display_name(c) for c in drawn], family)
+    of_family = {display_name(c): (family or (lambda g: g))(c.label) for c in drawn}
+    styles = line_styles(list(of_family), of_family.__getitem__ if family else None)
     seeded = any(c.runs > 1 for c in drawn)
     values = key.endswith("_bytes")
     for ax, task in zip(axes[0], tasks, strict=True):
