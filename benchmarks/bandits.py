@@ -26,6 +26,7 @@ import numpy as np
 
 from bouquet.apps.bench import BenchRun
 from bouquet.apps.results import read_metrics
+from bouquet.apps.verdicts import Check, write_checks
 
 COLUMNS = ["final.regret", "best.regret", "privacy.epsilon", "privacy.epsilon_without_shuffler",
            "comm.up_bytes_per_client_round", "comm.down_bytes_per_client_round", "time.wall_s"]
@@ -168,6 +169,12 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
     def f(g: str) -> float:
         return final[g][0] if g in final else float("nan")
 
+    checks: list[Check] = []  # the same verdicts, machine-readable (verdicts.json)
+
+    def check(claim: str, ok: bool, measured: str, *values: float) -> None:
+        measured_all = all(np.isfinite(v) for v in values)
+        checks.append(Check.of(claim, ok if measured_all else None, measured))
+
     # 1. every curve decreases (sublinear regret)
     lines.append("**1. Every time-averaged regret curve decreases (sublinear regret).** "
                  "Criterion: the value at T is below the value at T/4, and the second half of "
@@ -179,6 +186,9 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
         rises = np.max(half[1:] / half[:-1]) if len(half) > 1 else 1.0
         if not (y[-1] < y[q] and rises <= 1.02):
             failing.append(f"{g} (T/4: {y[q]:.3g}, T: {y[-1]:.3g}, max rise {rises:.3f})")
+    check("every time-averaged regret curve decreases (sublinear regret)", not failing,
+          f"{len(curves) - len(failing)}/{len(curves)} configurations"
+          + ("; fails for " + "; ".join(failing) if failing else ""))
     lines.append(f"Holds for {len(curves) - len(failing)}/{len(curves)} configurations"
                  + ("; " + _mark(False) + " for " + "; ".join(failing) if failing else "."))
     lines.append("")
@@ -188,6 +198,8 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
     order = [_label("np", m)] + [_label("ldp", m, e) for e in (5.0, 1.0, 0.2)]
     vals = [f(g) for g in order]
     ok = all(a < b for a, b in zip(vals, vals[1:], strict=False))
+    check("non-private < LDP(5) < LDP(1) < LDP(0.2) (M = 10)", ok,
+          " < ".join(f"{g} {v:.3g}" for g, v in zip(order, vals, strict=True)), *vals)
     lines.append("**2. non-private < LDP(5) < LDP(1) < LDP(0.2)** (M = 10): "
                  + " < ".join(f"{g} {v:.3g}" for g, v in zip(order, vals, strict=True))
                  + f" — {_mark(ok)}.")
@@ -210,6 +222,12 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
         vec = f(_label("vecsum", m, e, d)) if d == 0.1 else float("nan")
         vec_cell = f"{vec:.3g}" if d == 0.1 else "—"
         vec_ok = _mark(vec < ldp) if d == 0.1 else "—"
+        check(f"SDP-Amp below LDP at equal true epsilon ({e:g}, delta {d:g}; M = 10)", amp < ldp,
+              f"SDP-Amp {amp:.3g} vs LDP {ldp:.3g}", amp, ldp)
+        if d == 0.1:
+            check(f"SDP-VecSum below LDP at epsilon {e:g}, delta {d:g} (VecSum's epsilon not "
+                  "verified: no equal-privacy comparison)", vec < ldp,
+                  f"SDP-VecSum {vec:.3g} vs LDP {ldp:.3g}", vec, ldp)
         lines.append(f"| {e:g}, {d:g} | {ldp:.3g} ({spent.get(gl, float('nan')):.3g}) | "
                      f"{amp:.3g} ({spent.get(ga, float('nan')):.3g}) | {vec_cell} | "
                      f"{_mark(amp < ldp)} | {vec_ok} |")
@@ -235,6 +253,8 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
     for kind, name in (("amp", "SDP-Amp"), ("vecsum", "SDP-VecSum")):
         gap = gaps[kind]
         widening = all(b > a for a, b in zip(gap, gap[1:], strict=False))
+        check(f"the gap LDP − {name} increases with M (epsilon = 1)", widening,
+              f"{', '.join(f'{x:.3g}' for x in gap)} for M = {', '.join(map(str, ms))}", *gap)
         lines.append(f"- gap LDP − {name} increases with M: {_mark(widening)} "
                      f"({', '.join(f'{x:.3g}' for x in gap)} for M = {', '.join(map(str, ms))}).")
     lines.append("")
@@ -248,6 +268,7 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
     _plot(stacks, [_label(k, mm, 1.0 if k != "np" else None) for mm in ms
                    for k in ("np", "ldp", "amp")], batch,
           "M sweep (epsilon = 1), per silo", plots / "regret_vs_M.png", per_silo=True)
+    write_checks(out_dir, "bandits", checks)
     lines.append("Curves (mean over seeds, shaded min-max): `plots/regret_privacy_levels.png`, "
                  "`plots/regret_ldp_vs_sdp.png`, `plots/regret_vs_M.png`.")
     return "\n".join(lines)

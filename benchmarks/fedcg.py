@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.apps.bench import BenchRun, lookup
+from bouquet.apps.verdicts import FAILS, HOLDS, NOT_MEASURED, Check, write_checks
 
 VIRTUAL_PARAMS = 2_800_000
 COLUMNS = ["best.accuracy", "time.sim_time_to_target_s", "target.round", "target.up_bytes",
@@ -147,28 +148,45 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
             return f"cannot be checked: {', '.join(missed)} did not reach the target in every seed"
         return "holds" if ok else "does not hold"
 
+    checks: list[Check] = []  # the same verdicts, machine-readable (verdicts.json)
+
+    def check(claim: str, said: str, measured: str) -> None:
+        """``said`` is a verdict() text; "not measured: ..." / "cannot be checked: ..." keep why."""
+        kind = said if said in (HOLDS, FAILS) else NOT_MEASURED
+        checks.append(Check(claim, kind, measured if kind == said else f"{measured}; {said}"))
+
     speed = ratio_of("fedavg", "fedcg", "t")
     traffic = ratio_of("fedavg", "fedcg", "up")
+    said = verdict(bool(speed and speed >= 2.5), "fedavg", "fedcg")
+    check("FedCG reaches the target ~3x sooner than FedAvg", said, f"{_fmt(speed, 'x')} sooner")
     text.append(f"- FedCG reaches the target ~3x sooner than FedAvg: measured "
-                f"{_fmt(speed, 'x')} ({verdict(bool(speed and speed >= 2.5), 'fedavg', 'fedcg')}).")
+                f"{_fmt(speed, 'x')} ({said}).")
+    said = verdict(bool(traffic and traffic >= 2), "fedavg", "fedcg")
+    check("FedCG needs several times less uplink to the target", said,
+          f"{_fmt(traffic, 'x')} less")
     text.append(f"- FedCG needs several times less uplink to the target: measured "
-                f"{_fmt(traffic, 'x')} less "
-                f"({verdict(bool(traffic and traffic >= 2), 'fedavg', 'fedcg')}).")
+                f"{_fmt(traffic, 'x')} less ({said}).")
     for base in ("fedavg", "random-topk-warm"):
         g = ratio_of("lp-only-warm", base, "gap")
         ok = g is not None and g < 0.5
+        said = "holds" if ok else verdict(False, "lp-only-warm", base)
+        check(f"LP alone removes most of the straggler gap (vs {base})", said,
+              f"lp-only's mean gap is {_fmt(None if g is None else 100 * g, '%')} of {base}'s")
         text.append(f"- LP alone removes most of the straggler gap (vs {base}): lp-only's mean gap "
-                    f"is {_fmt(None if g is None else 100 * g, '%')} of {base}'s "
-                    f"({'holds' if ok else verdict(False, 'lp-only-warm', base)}).")
+                    f"is {_fmt(None if g is None else 100 * g, '%')} of {base}'s ({said}).")
     sel = ratio_of("random-topk-warm", "select-only", "t")
     mild = ratio_of("random-topk-warm-mild", "select-only-mild", "t")
     skew_arms = ("random-topk-warm", "select-only", "random-topk-warm-mild", "select-only-mild")
+    said = verdict(bool(sel and mild and sel > mild), *skew_arms)
+    check("Selection matters more as label skew grows (same warm-up and uniform ratio)", said,
+          f"selection reaches the target {_fmt(sel, 'x')} sooner than random under 2 classes per "
+          f"client, {_fmt(mild, 'x')} sooner under Dirichlet(1)")
     text.append(f"- Selection matters more as label skew grows: with the same warm-up and uniform "
                 f"ratio, facility-location selection reaches the target {_fmt(sel, 'x')} sooner "
                 f"than random under 2 classes per client and {_fmt(mild, 'x')} sooner under "
-                f"Dirichlet(1) ({verdict(bool(sel and mild and sel > mild), *skew_arms)} "
-                "for these two levels).")
+                f"Dirichlet(1) ({said} for these two levels).")
     lp_gain = ratio_of("select-only", "fedcg", "t")
     text.append(f"- The LP on top of selection (fedcg vs select-only): time to target "
                 f"{_fmt(lp_gain, 'x')} shorter (below 1 means slower).")
+    write_checks(out_dir, "fedcg", checks)
     return "\n".join(text)

@@ -43,6 +43,7 @@ from typing import Any
 
 from bouquet.apps.bench import BenchRun, lookup
 from bouquet.apps.results import read_metrics
+from bouquet.apps.verdicts import INCONCLUSIVE, Check, write_checks
 
 COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_per_client_round",
            "privacy.epsilon", "time.wall_s"]
@@ -126,6 +127,13 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                      f"{'—' if eps is None else f'{eps:.3g}'} |")
     lines.append("")
     checks = []
+    verdicts: list[Check] = []  # the same verdicts, machine-readable (verdicts.json)
+
+    def record(claim: str, said: str, measured: str) -> None:
+        kind = INCONCLUSIVE if said.startswith(INCONCLUSIVE) else said
+        verdicts.append(Check(claim, kind, measured + said[len(INCONCLUSIVE):]
+                              if kind == INCONCLUSIVE else measured))
+
     for label in ("matched", "usual"):
         table = MATCHED if label == "matched" else USUAL
         plain = {m: acc.get(f"{m}-r{r}-{label}-nodp") for m, r in table.items()}
@@ -135,6 +143,8 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                 v = plain[m]
                 assert v is not None and fedit is not None
                 verdict = _verdict(v - fedit, v >= fedit)
+                record(f"{m} matches or beats FedIT ({label} ranks, non-private)", verdict,
+                       f"{m} {v:.3f} vs FedIT {fedit:.3f}")
                 checks.append(f"- {label} ranks, non-private: {m} {v:.3f} vs FedIT {fedit:.3f} "
                               f"-> 'matches or beats FedIT' {verdict}.")
         for name in sorted(acc):
@@ -157,6 +167,9 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
             worst = max(d, key=lambda m: d[m])
             runner_up = max(x for m, x in d.items() if m != worst)
             verdict = _verdict(d[worst] - runner_up, worst == "fedit")
+            record(f"FedIT degrades most under DP ({key})", verdict,
+                   f"largest drop {worst} {d[worst]:+.3f}, next {runner_up:+.3f}")
             checks.append(f"- {key}: largest DP drop is {worst} ({d[worst]:+.3f}) -> 'FedIT "
                           f"degrades most under DP' {verdict}.")
+    write_checks(out_dir, "lora", verdicts)
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "", *checks])

@@ -96,6 +96,37 @@ def test_a_suite_writes_its_verdicts_in_the_shared_format(tmp_path: Path) -> Non
         Check("x", "maybe")
 
 
+def test_scafcom_and_fedcg_write_verdicts(tmp_path: Path) -> None:
+    scafcom = load_suite("scafcom")
+    best = {"fedavg": .90, "scaffold": .966, "scaffold-1up": .966, "fedavg-topk": .873,
+            "fed-ef": .904, "scallion-randk": .885, "scafcom-topk": .9155, "scafcom-local": .93,
+            "scafcom-beta1": .952}
+    up = {"scaffold": 3.93e7, "scaffold-1up": 1.969e7}
+    summaries = {f"{n}-s0": {"best": {"accuracy": a}, "final": {"accuracy": a},
+                             "comm": {"up_bytes_total": up.get(n, 1.159e6)}} for n, a in best.items()}
+    (tmp_path / "s").mkdir()
+    scafcom.report(summaries, tmp_path / "s")
+    suite, checks = read_checks(tmp_path / "s") or ("", [])
+    assert suite == "scafcom"
+    assert [c.verdict for c in checks] == ["does not hold", "does not hold", "holds", "holds",
+                                           "does not hold", "holds"]
+    fedcg = load_suite("fedcg")
+    times = {"fedavg": 2339, "random-topk-warm": 693, "select-only": 104, "lp-only-warm": 352,
+             "fedcg": 115, "fedcg-ew1": 702}  # the Dirichlet(1) arms were not run
+    out = tmp_path / "f"
+    for arm in times:
+        (out / f"{arm}-s0").mkdir(parents=True)
+        (out / f"{arm}-s0" / "metrics.jsonl").write_text(json.dumps(
+            {"sim_round_time_s": 10, "straggler_gap_s": 0.1 if "lp" in arm else 5}) + "\n")
+    fedcg.report({f"{a}-s0": {"time": {"sim_time_to_target_s": t},
+                              "target": {"up_bytes": 5e6 if a == "fedavg" else 1e6}}
+                  for a, t in times.items()}, out)
+    suite, checks = read_checks(out) or ("", [])
+    assert suite == "fedcg"
+    assert [c.verdict for c in checks] == ["holds"] * 4 + ["not measured"]
+    assert "random-topk-warm-mild" in checks[-1].measured  # says what was not run
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed "
                     "(make system-deps installs Debian's chromium when run as root)")
 def test_page_renders_in_headless_chromium(tmp_path: Path) -> None:
