@@ -70,6 +70,18 @@ def test_cli_writes_one_page_per_folder(tmp_path: Path, capsys: pytest.CaptureFi
     assert "report: " in capsys.readouterr().out
 
 
+def test_a_single_run_folder_gets_its_page(tmp_path: Path) -> None:
+    from synthetic_results import write_run
+
+    run = write_run(tmp_path / "fedavg-digits-mlp-s0-run3", method="fedavg", task="digits-mlp",
+                    seed=0)
+    assert main(["report", str(run)]) == 0
+    page = (run / "report.html").read_text()
+    assert "<h1>fedavg-digits-mlp-s0-run3</h1>" in page and "1 run(s)" in page
+    assert "<td>fedavg-digits-mlp</td>" in page and "Verdicts" not in page
+    assert main(["report", str(tmp_path / "empty")]) == 1  # nothing to report
+
+
 def test_markdown_of_the_suites_becomes_html() -> None:
     text = ("### Checks\n\n| run | acc |\n|---|---|\n| **fedavg** | 0.9 |\n\n- a: holds\n"
             "  (continued)\n- b: **does not hold**\n\n```\npython -c 'x < y'\n```\nplain `code`")
