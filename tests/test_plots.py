@@ -12,6 +12,7 @@ from bouquet.apps.plots import (
     axis_label,
     curves,
     draw_figure,
+    legend_names,
     line_styles,
     plot_curves,
     seed_groups,
@@ -99,6 +100,16 @@ def test_each_task_gets_its_own_panel(tmp_path: Path) -> None:
     colours = {(ax.get_title(), line.get_label().split(" ")[0]): line.get_color()
                for ax in axes for line in ax.get_lines()}
     assert colours[("task: digits-mlp", "fedit")] == colours[("task: rt-minilm", "fedit")]
+
+
+def test_two_groups_that_read_alike_in_a_panel_keep_their_own_names(tmp_path: Path) -> None:
+    write_run(tmp_path / "t-a-s0", method="fedavg", task="t", seed=0)
+    write_run(tmp_path / "a-t-s0", method="fedit", task="t", seed=0)
+    runs = _runs(tmp_path)
+    drawn = curves(runs, "accuracy", tasks=dict.fromkeys(runs, "t"))
+    assert sorted(legend_names(drawn)) == ["a-t", "t-a"]  # both would read "a" without the task
+    fig = draw_figure(drawn, "accuracy", "round", "", None)
+    assert len({line.get_color() for line in fig.axes[0].get_lines()}) == 2
 
 
 def test_plot_files_titles_and_units(tmp_path: Path) -> None:

@@ -255,24 +255,37 @@ def _x_of(curve: Curve, xaxis: str) -> np.ndarray | None:
     return curve.rounds if xaxis == "round" else curve.x.get(xaxis)
 
 
+def legend_names(drawn: Sequence[Curve]) -> list[str]:
+    """:func:`display_name` of each curve, or its full group name where two in a panel would clash."""
+    names = [display_name(c) for c in drawn]
+    for task in {c.task for c in drawn}:
+        in_panel = [i for i, c in enumerate(drawn) if c.task == task]
+        shown = [names[i] for i in in_panel]
+        for i in in_panel:
+            if shown.count(names[i]) > 1:
+                names[i] = drawn[i].label
+    return names
+
+
 def draw_figure(drawn: list[Curve], key: str, xaxis: str, title: str,
-                 family: Callable[[str], str] | None) -> Any:
+                family: Callable[[str], str] | None) -> Any:
     """The figure of one metric and x axis: one panel per task, shared legend beside them."""
     tasks = list(dict.fromkeys(c.task for c in drawn))
     ncols = len(tasks)
     fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols + 2.6, 4.2), squeeze=False)
-    of_family = {display_name(c): (family or (lambda g: g))(c.label) for c in drawn}
+    names = legend_names(drawn)
+    of_family = {n: (family or (lambda g: g))(c.label) for n, c in zip(names, drawn, strict=True)}
     styles = line_styles(list(of_family), of_family.__getitem__ if family else None)
     seeded = any(c.runs > 1 for c in drawn)
     values = key.endswith("_bytes")
     for ax, task in zip(axes[0], tasks, strict=True):
         positive = []
-        for c in (c for c in drawn if c.task == task):
+        for name, c in ((n, c) for n, c in zip(names, drawn, strict=True) if c.task == task):
             x = _x_of(c, xaxis)
             assert x is not None
             scale = 1e-6 if values else 1.0
-            style = styles[display_name(c)]
-            label = display_name(c) + (f" (mean of {c.runs} seeds)" if c.runs > 1 else "")
+            style = styles[name]
+            label = name + (f" (mean of {c.runs} seeds)" if c.runs > 1 else "")
             ax.plot(x, c.mean * scale, label=label, markevery=max(1, len(x) // 10),
                     markersize=4, linewidth=1.4, **style.as_kwargs())
             if c.runs > 1:
