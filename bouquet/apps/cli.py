@@ -148,10 +148,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not summaries:
         print("no summary.json found under " + ", ".join(args.dirs), file=sys.stderr)
         return 1
+    out = Path(args.out) if args.out else None
+    dirs = [Path(d) for d in args.dirs if find_runs(Path(d))]
+    if out is not None and out.suffix == ".html" and len(dirs) > 1:
+        print(f"bouquet: -o {out} names one page but {len(dirs)} folders have runs; pass a folder",
+              file=sys.stderr)
+        return 2
     columns = args.columns.split(",") if args.columns else DEFAULT_COLUMNS
     text = table(summaries, columns)
     print(text)
-    out = Path(args.out) if args.out else None
     if out is not None and out.suffix != ".html":
         out.mkdir(parents=True, exist_ok=True)
         (out / "table.md").write_text(text + "\n")
@@ -159,7 +164,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         for p in plot_curves(runs, metrics, out / "plots", groups=seed_groups(list(runs), configs),
                              tasks={n: str(s.get("task", "")) for n, s in summaries.items()}):
             print(f"plot: {p}")
-    dirs = [Path(d) for d in args.dirs if find_runs(Path(d))]
     for page in write_reports(dirs, out):
         print(f"report: {page}")
     return 0

@@ -252,6 +252,9 @@ def write_reports(folders: Sequence[Path], out: Path | None = None) -> list[Path
 
     Returns the pages written.
     """
+    if out is not None and out.suffix == ".html" and len(folders) > 1:
+        raise ValueError(f"{out} is one page, but {len(folders)} folders were given: "
+                         "pass a folder to -o (one page per folder goes there)")
     written: list[Path] = []
     for folder in folders:
         if out is None:
