@@ -67,9 +67,10 @@ def test_cli_writes_one_page_per_folder(tmp_path: Path, capsys: pytest.CaptureFi
     assert "<td>scaffold</td>" in (out / "b.html").read_text()
     assert main(["report", str(b), "-o", str(tmp_path / "one.html")]) == 0
     assert (tmp_path / "one.html").is_file()
+    assert f"report: {tmp_path / 'one.html'}" in capsys.readouterr().out
     assert main(["report", str(a), str(b), "-o", str(tmp_path / "two.html")]) == 2
     assert "names one page" in capsys.readouterr().err
-    assert "report: " in capsys.readouterr().out
+    assert not (tmp_path / "two.html").exists()
 
 
 def test_a_single_run_folder_gets_its_page(tmp_path: Path) -> None:
