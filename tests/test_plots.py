@@ -43,6 +43,9 @@ def test_one_colour_per_family_and_a_style_per_variant() -> None:
     for m in ("fedit", "ffa-lora", "fed-sb"):
         assert len({styles[f"{m}-v{v}"].color for v in range(9)}) == 1
     assert len({styles[f"{m}-v0"].color for m in ("fedit", "ffa-lora", "fed-sb")}) == 3
+    # one family for every curve: one colour would be unreadable, so colours vary again
+    single = line_styles([f"fedavg-v{i}" for i in range(5)], family=lambda g: "fedavg")
+    assert len({st.color for st in single.values()}) == 5
     # more families than colours: still distinct
     many = line_styles([f"f{i}-a" for i in range(14)], family=lambda g: g.split("-")[0])
     assert len(set(many.values())) == 14
@@ -60,6 +63,12 @@ def test_seeds_are_grouped_by_name_suffix_or_by_config() -> None:
                "other": {**base, "lr": 0.2, "seed": 0, "run-name": "other"}}
     groups = seed_groups(list(configs), configs)
     assert groups["r0"] == groups["r1"] != groups["other"]
+    # equal configs, but the names say they are different arms (robust's faults are not in the
+    # config): grouped by name and config
+    same = {n: {**base, "seed": int(n[-1]), "run-name": n}
+            for n in ("mean-none-s0", "mean-none-s1", "mean-x1e4-s0", "mean-x1e4-s1")}
+    assert seed_groups(list(same), same) == {"mean-none-s0": "mean-none", "mean-none-s1": "mean-none",
+                                             "mean-x1e4-s0": "mean-x1e4", "mean-x1e4-s1": "mean-x1e4"}
 
 
 def test_group_mean_and_min_max_band(tmp_path: Path) -> None:

@@ -98,8 +98,9 @@ def line_styles(labels: Sequence[str],
         The curves of one figure, in legend order.
     family : Callable[[str], str], optional
         Maps a label to its family (e.g. the method). Each family gets one colour and its members
-        a line style and marker each. Without it, or with more families than colours, the
-        styles are simply the first ``len(labels)`` distinct triples.
+        a line style and marker each. Without it, with a single family (one colour for every
+        curve would be unreadable) or with more families than colours, the styles are simply
+        the first ``len(labels)`` distinct triples.
 
     Returns
     -------
@@ -110,7 +111,7 @@ def line_styles(labels: Sequence[str],
     unique = list(dict.fromkeys(labels))
     if family is not None:
         families = list(dict.fromkeys(family(label) for label in unique))
-        if len(families) <= len(PALETTE):
+        if 1 < len(families) <= len(PALETTE):
             seen: dict[str, int] = {}
             out = {}
             for label in unique:
@@ -138,16 +139,18 @@ def seed_groups(labels: Sequence[str],
     """Label -> group name; runs of one group differ only by their seed.
 
     Runs are grouped by their config without ``seed``, ``run-name`` and ``results-dir`` when
-    ``configs`` has it (``config.yaml`` of each run), else by the name without its ``-s<seed>``
-    suffix. A group's name is that stripped name when its members share it, else the members'
-    common prefix (or the first member's name).
+    ``configs`` has it (``config.yaml`` of each run) and, where names end in ``-s<seed>``, by
+    the name without it too (a benchmark's fault injection is not in the config); without
+    configs by the name alone. A group's name is that stripped name when its members share it,
+    else the members' common prefix (or the first member's name).
     """
     by_key: dict[str, list[str]] = {}
     for label in labels:
         cfg = (configs or {}).get(label)
-        if cfg:
+        if cfg:  # a name's -s<seed> suffix still counts: what a config omits (faults) differs
             kept = {k: v for k, v in cfg.items() if k not in NOT_CONFIGURATION}
-            key = "config:" + json.dumps(kept, sort_keys=True, default=str)
+            named = seed_name(label) if _SEED_SUFFIX.match(label) else ""
+            key = f"config:{named}:" + json.dumps(kept, sort_keys=True, default=str)
         else:
             key = "name:" + seed_name(label)
         by_key.setdefault(key, []).append(label)
