@@ -96,6 +96,14 @@ def test_a_failed_hello_is_replaced_by_another_node(tmp_path: Path) -> None:
     assert strategy.node_errors.latest[picked[0]][0] == "hello query"
 
 
+def test_the_discovery_key_chooses_the_runners_discovery(tmp_path: Path) -> None:
+    base = {"results-dir": str(tmp_path), "local-steps": 1, "run-name": "r"}
+    query = runner_strategy(LocalGrid(4, {"method": "fedavg", "discovery": "query", **base}))
+    assert query.federation.discovery == "query"
+    fedcg = runner_strategy(LocalGrid(4, {"method": "fedcg", **base}))
+    assert fedcg.federation.discovery == "query"  # auto: it selects among every candidate
+
+
 def test_selecting_strategies_keep_query_discovery() -> None:
     with pytest.raises(ValueError, match="discovery='query'"):
         FedCG(discovery="sampled")

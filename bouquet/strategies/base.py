@@ -151,13 +151,16 @@ class BouquetStrategy(FlowerStrategyAPI):
     def from_setup(cls, setup: StrategySetup, **options: Any) -> Self:
         """Build from bouquet's resolved configuration (what the runner and factories do).
 
-        Nodes are found with ``discovery="sampled"`` (a hello, which bouquet's ClientApp
-        answers, only to the nodes a round samples: starting costs the same for 100 or 30,000
-        nodes), or ``"query"`` for a strategy that :attr:`selects_by_partition`; every online
+        Nodes are found as the run config's ``discovery`` says; ``auto`` is ``"sampled"`` (a
+        hello, which bouquet's ClientApp answers, only to the nodes a round samples: starting
+        costs the same for 100 or 30,000 nodes), or ``"query"`` for a strategy that
+        :attr:`selects_by_partition`; every online
         node evaluates (``fraction_evaluate=1``); ``options`` adds or overrides arguments.
         """
         kwargs = as_arguments(cls.arguments, setup.common, setup.sections)
-        discovery = "query" if cls.selects_by_partition else "sampled"
+        discovery = setup.common.discovery
+        if discovery == "auto":
+            discovery = "query" if cls.selects_by_partition else "sampled"
         kwargs.update({"discovery": discovery, "fraction_evaluate": 1.0,
                        "min_available_nodes": setup.common.min_train_nodes})
         kwargs.update(options)
