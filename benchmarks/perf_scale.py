@@ -103,7 +103,8 @@ def measure(clients: int, per_round: int, rounds: int, out: Path) -> dict[str, A
     cfg = config(clients, per_round, rounds, out, name)
     # flower_home() makes its folder in tempfile's directory: a private one marks this run's
     # processes (SuperLink, simulation, Ray) apart from anything else on the machine
-    marker = tempfile.mkdtemp(prefix=f"perf-scale-{clients}-")
+    # (short: Ray's socket paths below it must stay under 107 bytes)
+    marker = tempfile.mkdtemp(prefix="ps", dir="/tmp")
     saved, tempfile.tempdir = tempfile.tempdir, marker
     t0 = time.monotonic()
     try:
