@@ -165,6 +165,13 @@ class CommonConfig:
         120.0, "seconds to wait for min-train-nodes online nodes before stopping", min=0.0
     )
     round_timeout: float = key(600.0, "seconds to wait for replies in one phase", min=1.0)
+    discovery: str = key(
+        "auto", "how the runner finds nodes. sampled: a hello only to the nodes a round samples "
+        "(start-up independent of the federation's size; sampling follows Flower's node ids, "
+        "random in Ray simulation). query: a hello to every node before round 1 (same seed, "
+        "same partitions sampled in simulation; costs one message per node). auto: sampled, "
+        "or query for methods that select among every candidate (fedcg, the bandits)",
+        choices=("auto", "sampled", "query"))
     seed: int = key(0, "drives sampling, partitioning, initialisation and compressors", min=0)
     results_dir: str = key(
         "", "where run folders go; empty means $BOUQUET_RESULTS_DIR or ~/bouquet-results"

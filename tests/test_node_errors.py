@@ -66,7 +66,7 @@ def test_all_nodes_failing_hello_stop_with_their_error(tmp_path: Path) -> None:
     cfg = resolve(grid.run_config)
     strat = build_strategy(cfg, initial_arrays(cfg, load_server_task(cfg), grid))
     with pytest.raises(NotEnoughNodes) as info:
-        strat.discover(grid)
+        strat.round_nodes(grid, 1)  # the runner's discovery ("sampled") asks the round's nodes
     text = str(info.value)
     assert "min-train-nodes is 2" in text
     assert f"3 of 3 node(s) failed the hello query: ImportError: {MISSING}" in text

@@ -1,6 +1,7 @@
-"""The node's answer to ``discovery="query"``: its partition id and data size.
+"""The node's answer to ``discovery="query"`` and ``"sampled"``: its partition id and data size.
 
-A strategy built with ``discovery="query"`` asks every new node once, with a ``query`` message
+A strategy built with ``discovery="query"`` asks every new node once (``"sampled"``: every new
+node a round samples, which is what bouquet's runner does), with a ``query`` message
 whose ``config["action"]`` is ``bouquet.hello`` (:mod:`bouquet.wire.actions`), which partition it
 holds and how many training examples it has (:mod:`bouquet.strategies.base`). Per-node server
 state then follows the partition across node restarts, sampling is reproducible in simulation

@@ -38,8 +38,11 @@ class FederationOptions:
         "the node id stands for the partition, so sampling follows Flower's random ids and no "
         "data size is declared (weights are bounded by max_num_examples only). query: every "
         "new node is asked once for its partition-id and data size (bouquet's ClientApp): "
-        "reproducible partition-keyed sampling in simulation and the median weight cap",
-        choices=("grid", "query"))
+        "reproducible partition-keyed sampling in simulation and the median weight cap. "
+        "sampled: node ids from the grid, sampled first; only the sampled nodes not yet known "
+        "are asked (the same hello), so a round's cost is that of the nodes it uses, whatever "
+        "the federation's size (bouquet's runner; sampling follows Flower's node ids)",
+        choices=("grid", "query", "sampled"))
 
 
 #: CommonConfig keys every strategy takes as keyword arguments.

@@ -5,8 +5,9 @@ keyword arguments (``FedAvg(fraction_train=0.5)``) and run by Flower's own
 ``strategy.start(grid=..., initial_arrays=..., num_rounds=...)``. It composes the federation
 services and declares the method hooks. The services, one job a module:
 
-* :mod:`~bouquet.strategies.directory`: node discovery (``discovery="grid"`` or ``"query"``
-  with a hello per new node), partitions, declared sizes, node errors, weight bounds;
+* :mod:`~bouquet.strategies.directory`: node discovery (``discovery="grid"``, ``"query"``
+  with a hello per new node, or ``"sampled"`` with a hello only to the new nodes a round
+  samples), partitions, declared sizes, node errors, weight bounds;
 * :mod:`~bouquet.strategies.transport`: Flower's ``send_and_receive`` with every reply mapped
   back to its node through ``reply_to_message_id``;
 * :mod:`~bouquet.strategies.admission`: the one admission path (:meth:`admit_phase`, shared by
@@ -104,6 +105,10 @@ class BouquetStrategy(FlowerStrategyAPI):
     holds_model: ClassVar[bool] = True
     #: The keyword arguments, derived from the declarations above (``__init_subclass__``).
     arguments: ClassVar[list[Argument]] = []
+    #: Whether :meth:`choose_partitions` needs every candidate's partition (FedCG plans over
+    #: all of them, the private bandits over silo ids): such a strategy cannot sample node ids
+    #: first (``discovery="sampled"``), and bouquet's runner gives it ``discovery="query"``.
+    selects_by_partition: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Derive the class's arguments, signature and parameter docs from its declarations."""
@@ -128,6 +133,10 @@ class BouquetStrategy(FlowerStrategyAPI):
                                    initial_arrays=initial_arrays)
         self.common = parsed.common
         self.method = self.setup.method
+        if self.federation.discovery == "sampled" and self.selects_by_partition:
+            raise ValueError(f"{type(self).__name__}: discovery='sampled' samples node ids before "
+                             "their partitions are known, but this strategy selects among every "
+                             "candidate's partition; use discovery='query'")
         #: The nodes known: partitions, declared sizes, hello errors.
         self.directory = NodeDirectory()
         #: Update norms of recently accepted replies (the norm screen's memory; checkpointed).
@@ -142,11 +151,17 @@ class BouquetStrategy(FlowerStrategyAPI):
     def from_setup(cls, setup: StrategySetup, **options: Any) -> Self:
         """Build from bouquet's resolved configuration (what the runner and factories do).
 
-        Nodes are found with ``discovery="query"`` (bouquet's ClientApp answers it) and every
-        online node evaluates (``fraction_evaluate=1``); ``options`` adds or overrides arguments.
+        Nodes are found as the run config's ``discovery`` says; ``auto`` is ``"sampled"`` (a
+        hello, which bouquet's ClientApp answers, only to the nodes a round samples: starting
+        costs the same for 100 or 30,000 nodes), or ``"query"`` for a strategy that
+        :attr:`selects_by_partition`; every online
+        node evaluates (``fraction_evaluate=1``); ``options`` adds or overrides arguments.
         """
         kwargs = as_arguments(cls.arguments, setup.common, setup.sections)
-        kwargs.update({"discovery": "query", "fraction_evaluate": 1.0,
+        discovery = setup.common.discovery
+        if discovery == "auto":
+            discovery = "query" if cls.selects_by_partition else "sampled"
+        kwargs.update({"discovery": discovery, "fraction_evaluate": 1.0,
                        "min_available_nodes": setup.common.min_train_nodes})
         kwargs.update(options)
         return cls(initial_arrays=setup.initial_arrays, method=setup.method, task=setup.task,
@@ -251,6 +266,35 @@ class BouquetStrategy(FlowerStrategyAPI):
         """``{partition_id: node_id}`` of online nodes (:meth:`NodeDirectory.discover`)."""
         return self.directory.discover(grid, self.common, discovery=self.federation.discovery,
                                        method=self.method, wanted=self.wanted_nodes())
+
+    def round_nodes(self, grid: Grid, rnd: int) -> tuple[list[int], dict[int, int]]:
+        """The partitions a training round uses and ``{partition_id: node_id}`` for them.
+
+        :meth:`choose_partitions` picks among what :meth:`discover` found; under
+        ``discovery="sampled"`` those are node ids, and only the picked ones are introduced
+        (a hello to those not yet known; one that fails is replaced by another online node, in
+        a seeded order: :meth:`NodeDirectory.introduce_sample`).
+        """
+        by_pid = self.discover(grid)
+        chosen = self.choose_partitions(rnd, sorted(by_pid))
+        if self.federation.discovery != "sampled":
+            return chosen, by_pid
+        picked = set(chosen)
+        spares = [n for n in sorted(by_pid) if n not in picked]
+        order = np.random.default_rng([self.common.seed, rnd, 13]).permutation(len(spares))
+        by_pid = self.directory.introduce_sample(
+            grid, chosen, [spares[i] for i in order], self.common, method=self.method,
+            wanted=self.wanted_nodes())
+        return sorted(by_pid), by_pid
+
+    def introduce(self, grid: Grid, node_ids: list[int]) -> dict[int, int]:
+        """``{partition_id: node_id}`` of ``node_ids`` (:meth:`NodeDirectory.introduce`)."""
+        return self.directory.introduce(grid, node_ids, method=self.method,
+                                        round_timeout=self.common.round_timeout)
+
+    def federation_size(self) -> int:
+        """Clients in the federation (:meth:`NodeDirectory.federation_size`)."""
+        return self.directory.federation_size(self.federation.discovery)
 
     def refuse_hello(self, node_id: int, reason: str) -> None:
         """A refused hello answer (:meth:`NodeDirectory.refuse_hello`)."""
@@ -422,6 +466,8 @@ class BouquetStrategy(FlowerStrategyAPI):
     def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
         """Ask every online node to evaluate the global state; weighted-average metrics."""
         by_pid = self.discover(grid)
+        if self.federation.discovery == "sampled":
+            by_pid = self.introduce(grid, sorted(by_pid))
         messages = self.evaluation_messages(rnd, by_pid, sorted(by_pid))
         if MessageType.EVALUATE not in self.pending:
             return RoundLog(round=rnd)

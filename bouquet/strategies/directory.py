@@ -1,8 +1,9 @@
 """The node directory: which online node holds which partition, and how much data it declared.
 
-One job: find the nodes a round can use (discovery ``"grid"`` or ``"query"`` with a hello per new
-node), keep their partitions and declared sizes, their hello errors, and the weight bounds that
-follow from the declared sizes. The run's settings (:class:`~bouquet.schema.CommonConfig`,
+One job: find the nodes a round can use (discovery ``"grid"``; ``"query"`` with a hello per new
+node; ``"sampled"`` with a hello only to the new nodes a round samples), keep their partitions and
+declared sizes, their hello errors, and the weight bounds that follow from the declared sizes.
+The run's settings (:class:`~bouquet.schema.CommonConfig`,
 :class:`~bouquet.strategies.arguments.FederationOptions`) are passed to each call, so a strategy
 whose settings are replaced needs no second copy here.
 """
@@ -55,12 +56,16 @@ class NodeDirectory:
         partition-id -> number of local training examples reported at hello.
     node_errors : NodeErrors
         Errors nodes answered to hello queries, until a round's log records them.
+    online : int
+        How many nodes the grid listed at the last discovery (the federation's size under
+        ``discovery="sampled"``, where only sampled nodes are known).
 
     """
 
     partitions: dict[int, int] = dataclasses.field(default_factory=dict)
     sizes: dict[int, int] = dataclasses.field(default_factory=dict)
     node_errors: NodeErrors = dataclasses.field(default_factory=NodeErrors)
+    online: int = 0
 
     # ------------------------------------------------------------------ discovery
     def discover(self, grid: Grid, common: CommonConfig, *, discovery: str, method: str,
@@ -69,21 +74,24 @@ class NodeDirectory:
 
         ``discovery="grid"``: the node ids Flower's grid lists, each standing for its own
         partition (no message is sent). ``discovery="query"``: new nodes are asked once for
-        their ``partition-id`` and data size (a ``query`` message).
+        their ``partition-id`` and data size (a ``query`` message). ``discovery="sampled"``:
+        ``{node_id: node_id}`` of every online node and no message: the caller samples node ids
+        and :meth:`introduce` asks only the sampled ones.
         """
         deadline = time.monotonic() + common.sample_deadline
         waited = False
         while True:
             online = sorted(grid.get_node_ids())
-            new = [n for n in online if n not in self.partitions]
-            if new and discovery == "grid":
-                self.partitions.update({n: n for n in new})
-            elif new:
-                self.hello(grid, new, method=method, round_timeout=common.round_timeout)
-            by_pid: dict[int, int] = {}
-            for n in online:
-                if n in self.partitions:
-                    by_pid[self.partitions[n]] = n
+            self.online = len(online)
+            if discovery == "sampled":  # nothing is sent: the caller introduces what it samples
+                by_pid = {n: n for n in online}
+            else:
+                new = [n for n in online if n not in self.partitions]
+                if new and discovery == "grid":
+                    self.partitions.update({n: n for n in new})
+                elif new:
+                    self.hello(grid, new, method=method, round_timeout=common.round_timeout)
+                by_pid = {self.partitions[n]: n for n in online if n in self.partitions}
             if len(by_pid) >= wanted:
                 return by_pid
             if time.monotonic() >= deadline:
@@ -99,6 +107,53 @@ class NodeDirectory:
                 log.info("waiting for %d node(s) (have %d)", wanted, len(by_pid))
                 waited = True
             time.sleep(1.0)
+
+    def introduce(self, grid: Grid, node_ids: list[int], *, method: str,
+                  round_timeout: float) -> dict[int, int]:
+        """``{partition_id: node_id}`` of ``node_ids``, a hello sent only to those not yet known.
+
+        What ``discovery="sampled"`` does with a round's sampled node ids: the cost of a round
+        is that of the nodes it uses, whatever the federation's size, and each node still
+        declares its partition and size (the same :meth:`hello`, with every check) before its
+        first reply is weighed. A node whose hello fails is left out of the round.
+        """
+        new = [n for n in node_ids if n not in self.partitions]
+        if new:
+            self.hello(grid, new, method=method, round_timeout=round_timeout)
+        return {self.partitions[n]: n for n in node_ids if n in self.partitions}
+
+    def introduce_sample(self, grid: Grid, picked: list[int], spares: list[int],
+                         common: CommonConfig, *, method: str, wanted: int) -> dict[int, int]:
+        """:meth:`introduce` a round's ``picked`` node ids, replacing those whose hello fails.
+
+        A picked node that does not become usable (error, no answer, refused answer) is
+        replaced by the next of ``spares`` (the other online nodes, in the round's seeded
+        order), so the round still uses ``len(picked)`` nodes while enough answer. When even
+        every spare leaves fewer than ``wanted`` (``min-train-nodes``) usable, this raises
+        :class:`NotEnoughNodes` quoting the most common hello error.
+        """
+        usable = self.introduce(grid, picked, method=method, round_timeout=common.round_timeout)
+        tried = list(picked)
+        rest = list(spares)
+        while len(usable) < len(picked) and rest:
+            batch, rest = rest[:len(picked) - len(usable)], rest[len(picked) - len(usable):]
+            tried += batch
+            usable.update(self.introduce(grid, batch, method=method,
+                                         round_timeout=common.round_timeout))
+        if len(usable) < min(wanted, len(picked)):
+            unusable = [n for n in tried if n not in self.partitions]
+            why = self.node_errors.headline(tried)
+            raise NotEnoughNodes(
+                f"only {len(usable)} of {len(tried)} online node(s) asked are usable; "
+                f"min-train-nodes is {common.min_train_nodes}" + (f"; {why}" if why else ""),
+                self.node_errors.failures(unusable),
+            )
+        return usable
+
+    def federation_size(self, discovery: str) -> int:
+        """How many clients the federation has: nodes known, or online under ``"sampled"``."""
+        known = len(self.sizes) or len(self.partitions)
+        return max(self.online, known, 1) if discovery == "sampled" else max(known, 1)
 
     def hello(self, grid: Grid, node_ids: list[int], *, method: str,
               round_timeout: float) -> None:

@@ -142,6 +142,7 @@ class FedCG(ModelStrategy):
     common_keys = (*BASE_COMMON_KEYS, *LOCAL_TRAINING_KEYS, "target_accuracy")
     options = FedCGOptions
     reply_records = (PAYLOAD_RECORD, "metrics")
+    selects_by_partition = True
 
     def __init__(self, **kwargs: Any) -> None:
         # Server state (checkpointed).

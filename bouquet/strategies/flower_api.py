@@ -57,11 +57,10 @@ class FlowerStrategyAPI(Strategy):
         """
         strategy = _bouquet(self)
         strategy.ensure_model(arrays)
-        by_pid = strategy.discover(grid)
         before = strategy.before_train(grid, server_round)
         if before is not None and strategy.skip_training():
-            return strategy.send_phase(server_round, {}, by_pid, MessageType.TRAIN, before=before)
-        chosen = strategy.choose_partitions(server_round, sorted(by_pid))
+            return strategy.send_phase(server_round, {}, {}, MessageType.TRAIN, before=before)
+        chosen, by_pid = strategy.round_nodes(grid, server_round)
         contents = {pid: with_user_config(c, config)
                     for pid, c in strategy.configure_round(server_round, chosen).items()}
         return strategy.send_phase(server_round, contents, by_pid, MessageType.TRAIN, before=before)
@@ -91,6 +90,9 @@ class FlowerStrategyAPI(Strategy):
         k = max(min(k, len(available)), min(strategy.federation.min_evaluate_nodes, len(available)))
         rng = np.random.default_rng([strategy.common.seed, server_round, 11])
         chosen = sorted(available[i] for i in rng.choice(len(available), size=k, replace=False))
+        if strategy.federation.discovery == "sampled":  # node ids: introduce the chosen ones
+            by_pid = strategy.introduce(grid, chosen)
+            chosen = sorted(by_pid)
         return strategy.evaluation_messages(server_round, by_pid, chosen, config)
 
     def aggregate_evaluate(

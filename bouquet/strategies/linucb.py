@@ -347,6 +347,7 @@ class FedLinUCB(BouquetStrategy):
     options = FedLinUCBOptions
     holds_model = False
     reply_records = (NODE_RECORD, "metrics")
+    selects_by_partition = True
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -417,8 +417,7 @@ class LoraStrategy(BouquetStrategy):
 
     def init_round(self, grid: Grid, rnd: int) -> RoundLog:
         """Fed-SB round 0: collect summed gradients of the adapted matrices; SVD; set the frame."""
-        by_pid = self.discover(grid)
-        chosen = self.choose_partitions(rnd, sorted(by_pid))
+        chosen, by_pid = self.round_nodes(grid, rnd)
         contents = {}
         for pid in chosen:
             cfg = self.base_config(rnd)

@@ -162,7 +162,7 @@ class VectorUplinkStrategy(ModelStrategy):
     def num_clients(self) -> int:
         """N: the configured number of clients, else the number of clients known so far."""
         configured = int(getattr(self.cfg, "num_clients", 0))
-        return configured if configured > 0 else max(len(self.sizes) or len(self.partitions), 1)
+        return configured if configured > 0 else self.federation_size()
 
     def move_model(self, step: np.ndarray) -> None:
         """``x <- x + step`` (flat step), keeping dtypes."""
