@@ -2,9 +2,15 @@
 
 Zhou & Chowdhury (ICLR 2024), scaled to a CPU (reference §3.6): M = 10 silos, K = 30 arms,
 d = 6, B = 25 steps per synchronisation, T = 3,000 steps per silo (120 rounds); runs: non-private
-FedLinUCB; silo-level LDP, SDP by amplification and SDP by vector sum at epsilon in {0.2, 1, 5}
+FedLinUCB, both unclipped (``np``, the reference code's baseline) and with the private arms'
+clipping (``npc``: features to norm L = 1, rewards to [-Y, Y] = [-1, 1], ``linucb.reward-clip``),
+at every M; silo-level LDP, SDP by amplification and SDP by vector sum at epsilon in {0.2, 1, 5}
 (delta = 0.1); LDP vs SDP-Amp at epsilon = 1, delta = 1e-4; then M in {5, 20, 40} at epsilon = 1.
 The quick variant shortens the horizon to T = 1,000 (40 rounds) and runs 2 seeds instead of 10.
+
+The cost of privacy is reported against both non-private arms: against ``npc`` it is the cost
+of the noise alone (every arm sees the same bounded statistics), against ``np`` it also contains
+the cost of clipping.
 
 What the paper leads us to expect: every time-averaged regret curve decreases (sublinear regret);
 non-private < LDP(5) < LDP(1) < LDP(0.2); SDP below LDP at equal epsilon; the LDP-SDP gap
@@ -33,9 +39,11 @@ COLUMNS = ["final.regret", "best.regret", "privacy.epsilon", "privacy.epsilon_wi
 #: Curves are drawn by :func:`report` (mean over seeds per configuration).
 PLOT_METRICS: list[str] = []
 
-METHOD = {"np": "fedlinucb", "ldp": "dp-fedlinucb-ldp", "amp": "dp-fedlinucb-sdp-amp",
+METHOD = {"np": "fedlinucb", "npc": "fedlinucb", "ldp": "dp-fedlinucb-ldp", "amp": "dp-fedlinucb-sdp-amp",
           "vecsum": "dp-fedlinucb-sdp-vecsum"}
 EPSILONS = (0.2, 1.0, 5.0)
+#: ``Y`` of the clipped non-private arm: the private arms' ``dp-linucb.reward-bound`` default.
+REWARD_BOUND = 1.0
 SWEEP_M = (5, 20, 40)
 BASE_M = 10
 
@@ -52,12 +60,12 @@ def _label(kind: str, m: int, eps: float | None = None, delta: float = 0.1) -> s
 def _configs() -> list[tuple[str, str, int, float | None, float]]:
     """(label, kind, M, epsilon, delta) of every configuration."""
     out: list[tuple[str, str, int, float | None, float]] = [
-        (_label("np", BASE_M), "np", BASE_M, None, 0.1)]
+        (_label(kind, BASE_M), kind, BASE_M, None, 0.1) for kind in ("np", "npc")]
     for kind in ("ldp", "amp", "vecsum"):
         out += [(_label(kind, BASE_M, e), kind, BASE_M, e, 0.1) for e in EPSILONS]
     out += [(_label(kind, BASE_M, 1.0, 1e-4), kind, BASE_M, 1.0, 1e-4) for kind in ("ldp", "amp")]
     for m in SWEEP_M:
-        out.append((_label("np", m), "np", m, None, 0.1))
+        out += [(_label(kind, m), kind, m, None, 0.1) for kind in ("np", "npc")]
         out += [(_label(kind, m, 1.0), kind, m, 1.0, 0.1) for kind in ("ldp", "amp", "vecsum")]
     return out
 
@@ -75,7 +83,10 @@ def runs(quick: bool) -> list[BenchRun]:
                 "synth-bandit.arms": 30, "synth-bandit.dim": 6, "synth-bandit.noise": 0.5,
             }
             if eps is not None:
-                cfg.update({"dp-linucb.epsilon": eps, "dp-linucb.delta": delta})
+                cfg.update({"dp-linucb.epsilon": eps, "dp-linucb.delta": delta,
+                            "dp-linucb.reward-bound": REWARD_BOUND})
+            if kind == "npc":
+                cfg["linucb.reward-clip"] = REWARD_BOUND
             out.append(BenchRun(name=f"{label}-s{seed}", config=cfg, clients=m, group=label))
     return out
 
@@ -193,16 +204,26 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
                  + ("; " + _mark(False) + " for " + "; ".join(failing) if failing else "."))
     lines.append("")
 
-    # 2. ordering by privacy level
+    # 2. ordering by privacy level, against either non-private arm
     m = BASE_M
     order = [_label("np", m)] + [_label("ldp", m, e) for e in (5.0, 1.0, 0.2)]
-    vals = [f(g) for g in order]
-    ok = all(a < b for a, b in zip(vals, vals[1:], strict=False))
-    check("non-private < LDP(5) < LDP(1) < LDP(0.2) (M = 10)", ok,
-          " < ".join(f"{g} {v:.3g}" for g, v in zip(order, vals, strict=True)), *vals)
-    lines.append("**2. non-private < LDP(5) < LDP(1) < LDP(0.2)** (M = 10): "
-                 + " < ".join(f"{g} {v:.3g}" for g, v in zip(order, vals, strict=True))
-                 + f" — {_mark(ok)}.")
+    lines.append("**2. non-private < LDP(5) < LDP(1) < LDP(0.2)** (M = 10), with the "
+                 "non-private arm unclipped (`np`) and clipped like the private arms (`npc`, "
+                 f"L = 1, Y = {REWARD_BOUND:g}):")
+    lines.append("")
+    for base in ("np", "npc"):
+        chain = [_label(base, m)] + order[1:]
+        vals = [f(g) for g in chain]
+        ok = all(a < b for a, b in zip(vals, vals[1:], strict=False))
+        check(f"{base} < LDP(5) < LDP(1) < LDP(0.2) (M = 10)", ok,
+              " < ".join(f"{g} {v:.3g}" for g, v in zip(chain, vals, strict=True)), *vals)
+        lines.append("- " + " < ".join(f"{g} {v:.3g}" for g, v in zip(chain, vals, strict=True))
+                     + f" — {_mark(ok)}.")
+    clip_cost = f(_label("npc", m)) - f(_label("np", m))
+    lines.append(f"- clipping alone (npc − np at M = {m}): {clip_cost:+.3g}; the privacy cost of "
+                 "LDP(1) is "
+                 f"{f(_label('ldp', m, 1.0)) - f(_label('np', m)):.3g} against np and "
+                 f"{f(_label('ldp', m, 1.0)) - f(_label('npc', m)):.3g} against npc.")
     lines.append("")
 
     # 3. SDP below LDP at equal (true) epsilon
@@ -235,20 +256,22 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
 
     # 4. gap widens with M
     lines.append("**4. The LDP–SDP gap widens with M** (epsilon = 1, delta = 0.1). The privacy "
-                 "cost is a variant's regret minus non-private FedLinUCB's at the same M; the "
-                 "paper predicts it grows ~M^(3/4) for LDP and ~M^(1/2) for SDP (total regret).")
+                 "cost is a variant's regret minus non-private FedLinUCB's at the same M (here "
+                 "LDP's, against the unclipped `np` and the clipped `npc`); the paper predicts "
+                 "it grows ~M^(3/4) for LDP and ~M^(1/2) for SDP (total regret).")
     lines.append("")
-    lines.append("| M | non-private | LDP | SDP-Amp | SDP-VecSum | LDP − Amp | LDP − VecSum |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| M | non-private (np) | non-private clipped (npc) | LDP | SDP-Amp | SDP-VecSum "
+                 "| LDP − np | LDP − npc | LDP − Amp | LDP − VecSum |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     gaps: dict[str, list[float]] = {"amp": [], "vecsum": []}
     ms = sorted({BASE_M, *SWEEP_M})
     for mm in ms:
-        npv, ldp = f(_label("np", mm)), f(_label("ldp", mm, 1.0))
+        npv, npc, ldp = f(_label("np", mm)), f(_label("npc", mm)), f(_label("ldp", mm, 1.0))
         amp, vec = f(_label("amp", mm, 1.0)), f(_label("vecsum", mm, 1.0))
         gaps["amp"].append(ldp - amp)
         gaps["vecsum"].append(ldp - vec)
-        lines.append(f"| {mm} | {npv:.3g} | {ldp:.3g} | {amp:.3g} | {vec:.3g} | "
-                     f"{ldp - amp:.3g} | {ldp - vec:.3g} |")
+        lines.append(f"| {mm} | {npv:.3g} | {npc:.3g} | {ldp:.3g} | {amp:.3g} | {vec:.3g} | "
+                     f"{ldp - npv:.3g} | {ldp - npc:.3g} | {ldp - amp:.3g} | {ldp - vec:.3g} |")
     lines.append("")
     for kind, name in (("amp", "SDP-Amp"), ("vecsum", "SDP-VecSum")):
         gap = gaps[kind]

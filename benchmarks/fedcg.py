@@ -8,9 +8,14 @@ clients, through the real ServerApp loop and ClientApp (in-process grid):
 * ``random-topk-warm``: random selection, uniform top-k at 10 % with error feedback;
 * ``select-only``: FedCG's facility-location selection, uniform top-k at 10 %;
 * ``lp-only-warm``: random selection, FedCG's LP ratios;
-* ``fedcg``: selection and LP alternated (default ``fedcg.error-weight`` 0.5) and ``fedcg-ew1``
-  with ``fedcg.error-weight`` 1.0 (the LP is close to bang-bang in this weight; both are shown);
-* ``*-mild``: random vs facility-location selection under milder skew (Dirichlet alpha = 1).
+* ``fedcg``: selection and ratio program alternated, with the defaults (convex error term
+  ``(1 - theta)/theta``, ``fedcg.error-weight`` 0.01, normalised time weight 0.5, every
+  candidate costed from its profile), and ``fedcg-linear``: the earlier linear LP
+  (``fedcg.lp-error=linear``, error-weight 0.5, whose ratios swing between regimes);
+* ``*-mild``: random vs facility-location selection under milder skew (Dirichlet alpha = 1);
+* ``*-fixed``: fedavg, random-topk-warm, select-only, lp-only-warm and fedcg with uplinks fixed
+  per client (``fedcg.uplink-per-round=false``), the setting in which the earlier FedCG locked
+  in on the same clients.
 
 FedCG's selection needs a warm-up round in which all 100 clients train (charged on the clock and
 in bytes). That round is also a full-participation FedAvg step, which helps by itself, so the
@@ -55,12 +60,16 @@ ARMS: dict[str, dict[str, Any]] = {
     "select-only": {"method": "fedcg-select-only", "fedcg.uniform-ratio": 0.1},
     "lp-only-warm": {"method": "fedcg-lp-only", **WARM},
     "fedcg": {"method": "fedcg"},
-    "fedcg-ew1": {"method": "fedcg", "fedcg.error-weight": 1.0},
+    "fedcg-linear": {"method": "fedcg", "fedcg.lp-error": "linear", "fedcg.error-weight": 0.5},
     # Milder label skew: does selection matter less?
     "random-topk-warm-mild": {"method": "random-topk", "fedcg.uniform-ratio": 0.1, **WARM,
                               **MILD},
     "select-only-mild": {"method": "fedcg-select-only", "fedcg.uniform-ratio": 0.1, **MILD},
 }
+#: The main arms again with every client's uplink fixed for the whole run.
+FIXED = {"fedcg.uplink-per-round": False}
+FIXED_ARMS = ("fedavg", "random-topk-warm", "select-only", "lp-only-warm", "fedcg")
+ARMS.update({f"{arm}-fixed": {**ARMS[arm], **FIXED} for arm in FIXED_ARMS})
 #: Only in the full suite: the random baselines without the warm-up round.
 FULL_ONLY: dict[str, dict[str, Any]] = {
     "random-topk": {"method": "random-topk", "fedcg.uniform-ratio": 0.1},
@@ -188,5 +197,20 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     lp_gain = ratio_of("select-only", "fedcg", "t")
     text.append(f"- The LP on top of selection (fedcg vs select-only): time to target "
                 f"{_fmt(lp_gain, 'x')} shorter (below 1 means slower).")
+    for suffix, profile in (("", "uplinks redrawn every round"), ("-fixed", "uplinks fixed")):
+        rivals = [f"{a}{suffix}" for a in ("select-only", "lp-only-warm", "fedavg")]
+        mine = stats.get(f"fedcg{suffix}", {}).get("t")
+        others = {r: stats.get(r, {}).get("t") for r in rivals}
+        beaten = [r for r, t in others.items() if t is not None and mine is not None and mine < t]
+        missing = [r for r in rivals + [f"fedcg{suffix}"] if r not in stats]
+        cells = ", ".join(f"{r} {_fmt(t, ' s')}" for r, t in others.items())
+        ok = mine is not None and len(beaten) == len(rivals)
+        check(f"FedCG beats select-only, random+LP and FedAvg in simulated time to target "
+              f"({profile})", f"not measured: {', '.join(missing)} not run" if missing else
+              "holds" if ok else "does not hold", f"fedcg {_fmt(mine, ' s')} vs {cells}")
+        text.append(f"- FedCG beats select-only, random+LP and FedAvg in simulated time to "
+                    f"target ({profile}): fedcg {_fmt(mine, ' s')} vs {cells} -> "
+                    + (f"not measured: {', '.join(missing)} not run" if missing else
+                       "holds" if ok else f"**does not hold** (beats {len(beaten)} of 3)") + ".")
     write_checks(out_dir, "fedcg", checks)
     return "\n".join(text)

@@ -9,8 +9,9 @@ learning rate for every method (chosen once on FedAvg/SCAFFOLD, not per method).
 
 Runs: FedAvg; SCAFFOLD (two dense vectors); single-uplink SCAFFOLD; FedAvg + top-k without error
 feedback; Fed-EF (top-k + EF); SCALLION (rand-k, alpha = 1/(1 + omega)); SCAFCOM (top-k,
-beta = 0.2), also with the momentum inside the local steps (the alternative reading); SCAFCOM with
-beta = 1 (ablation).
+beta = 0.2, momentum started at the first gradient, the default), also with the zero momentum start
+(``scafcom-zero``) and with the momentum inside the local steps (the alternative reading); SCAFCOM
+with beta = 1 (ablation).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
                        "scallion.compressor-ratio": RATIO},
     "scafcom-topk": {"method": "scafcom", "scafcom.compressor": "topk",
                      "scafcom.compressor-ratio": RATIO, "scafcom.beta": 0.2},
+    "scafcom-zero": {"method": "scafcom", "scafcom.compressor": "topk",
+                     "scafcom.compressor-ratio": RATIO, "scafcom.beta": 0.2,
+                     "scafcom.momentum-init": "zero"},
     "scafcom-local": {"method": "scafcom", "scafcom.compressor": "topk",
                       "scafcom.compressor-ratio": RATIO, "scafcom.beta": 0.2,
                       "scafcom.momentum-placement": "local-steps"},

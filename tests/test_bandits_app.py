@@ -260,3 +260,57 @@ def test_the_cli_precheck_accepts_an_unbounded_bandit_stream() -> None:
 
     cfg = resolve(full_run_config({"method": "fedlinucb", "task": "synth-bandit"}))
     check_partition(cfg, 2)  # raised ConfigError before the fix
+
+
+# --------------------------------------------------------------------------- fair baseline
+def _big_block(steps: int = 20, arms: int = 5, dim: int = 4) -> Any:
+    """Features of norm 3 and rewards of +-4: outside the default bounds L = Y = 1."""
+    from bouquet.tasks.bandits import Block
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((steps, arms, dim))
+    x *= 3.0 / np.linalg.norm(x, axis=2, keepdims=True)
+    return Block(x, np.zeros((steps, arms)), rng.choice([-4.0, 4.0], size=(steps, arms)))
+
+
+def test_fedlinucb_reward_clip_bounds_the_statistics_like_the_private_arms() -> None:
+    from bouquet.clients.linucb import linucb_steps
+    from bouquet.strategies.linucb import DPLinUCBConfig, LinUCBConfig, make_protocol
+
+    block = _big_block()
+    zeros = (np.zeros((4, 4)), np.zeros(4))
+    plain = LinUCBConfig(num_silos=2)
+    clipped = LinUCBConfig(num_silos=2, reward_clip=1.0)
+    xs, ys, _ = linucb_steps(block, *zeros, make_protocol("none", plain, None, 4, 2, 8), plain, 1)
+    assert np.abs(ys).max() == 4.0  # unclipped by default: the baseline of the paper's code
+    proto = make_protocol("none", clipped, None, 4, 2, 8)
+    assert proto.clips and not proto.private
+    xs, ys, _ = linucb_steps(block, *zeros, proto, clipped, 1)
+    assert np.abs(ys).max() == pytest.approx(1.0)
+    np.testing.assert_allclose(np.linalg.norm(xs, axis=1), 1.0)
+    # the same bounds as the private variants' statistics
+    ldp = make_protocol("ldp", plain, DPLinUCBConfig(reward_bound=1.0), 4, 2, 8)
+    _, ys_ldp, _ = linucb_steps(block, *zeros, ldp, plain, 1)
+    assert np.abs(ys_ldp).max() == pytest.approx(1.0)
+
+
+def test_private_variants_refuse_the_non_private_reward_clip() -> None:
+    from bouquet.strategies.linucb import DPLinUCBConfig, LinUCBConfig, make_protocol
+
+    with pytest.raises(ValueError, match="reward-clip"):
+        make_protocol("ldp", LinUCBConfig(num_silos=2, reward_clip=1.0), DPLinUCBConfig(), 4, 2,
+                      8)
+
+
+def test_reward_clip_runs_through_the_apps_and_changes_only_the_clipped_run(
+        tmp_path: Path) -> None:
+    cfg = {"num-server-rounds": 4, "synth-bandit.noise": 2.0, **SMALL}
+    _, plain = _run(tmp_path, "plain", 2, method="fedlinucb", **cfg)
+    _, clipped = _run(tmp_path, "clipped", 2, method="fedlinucb", **cfg,
+                      **{"linucb.reward-clip": 0.5})
+    _, huge = _run(tmp_path, "huge", 2, method="fedlinucb", **cfg,
+                   **{"linucb.reward-clip": 1e9})
+    regret = {name: [r["cum_regret"] for r in read_metrics(run)]
+              for name, run in (("plain", plain), ("clipped", clipped), ("huge", huge))}
+    assert regret["huge"] == regret["plain"]  # a bound no reward reaches changes nothing
+    assert regret["clipped"] != regret["plain"]

@@ -140,3 +140,12 @@ def test_server_refuses_a_preset_the_nodes_would_apply_differently() -> None:
     with pytest.raises(ConfigError, match="partition='iid' \\(nodes would use 'pathological'\\)"):
         node_view_agrees(run_config, cfg)
     node_view_agrees(run_config, resolve(run_config))  # without explicit keys: one view
+
+
+@pytest.mark.parametrize(("method", "lr"), [("fedit", 0.005), ("ffa-lora", 0.02),
+                                             ("fed-sb", 0.02), ("fedavg", 0.1)])
+def test_lora_methods_have_a_learning_rate_of_their_own(method: str, lr: float) -> None:
+    # AdamW at the global default lr 0.1 keeps the LoRA methods at the majority class (issue 14)
+    assert resolve({"method": method}).common.lr == lr
+    assert resolve({"method": method, "lr": 0.03}).common.lr == 0.03  # an explicit lr wins
+    assert resolve({"method": method, "lr": 0.1}, explicit=["lr"]).common.lr == 0.1

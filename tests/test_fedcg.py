@@ -189,3 +189,40 @@ def test_a_reply_for_another_round_finds_no_plan(tmp_path: Path) -> None:
     pid = next(iter(plan.theta))
     with pytest.raises(InvalidReply, match="not selected in round 2"):
         strat.validate_reply(2, pid, RecordDict())
+
+
+def test_selection_rotates_with_fixed_client_profiles(tmp_path: Path) -> None:
+    # Uplinks fixed per client (not redrawn): before issue 14 every client not picked since the
+    # warm-up kept its warm-up keep-ratio, looked slow for ever, and rounds 2-15 picked the same
+    # clients. Re-costed from their profiles, the clients take turns.
+    n = 30
+    grid, strat = _build(n, tmp_path, method="fedcg", **{
+        "fraction-train": 1 / 3, "fedcg.uplink-per-round": False, "local-steps": 2})
+    picks = []
+    for rnd in range(1, 16):
+        strat.train_round(grid, rnd)
+        plan = strat.plan_of(rnd)
+        assert plan is not None
+        if rnd >= 2:
+            assert len(plan.selected) == 10
+            picks.append(frozenset(plan.selected))
+            assert all(0.01 <= t <= 1.0 for t in plan.theta.values())  # documented bounds
+    assert len(set(picks)) > 3
+    assert len(frozenset().union(*picks)) >= 15
+
+
+def test_unselected_clients_are_costed_from_their_profile_not_their_last_ratio(
+        tmp_path: Path) -> None:
+    # The lock-in mechanism of issue 14: a client last planned in the warm-up kept that round's
+    # keep-ratio (here: dense) in the cost of the next selections, looked slow and was skipped.
+    n = 20
+    grid, strat = _build(n, tmp_path, method="fedcg", **{
+        "fraction-train": 0.25, "fedcg.uplink-per-round": False,
+        "fedcg.max-iterations": 1})  # the first costing decides
+    strat.train_round(grid, 1)
+    strat.train_round(grid, 2)
+    picked = set(strat.plan_of(2).selected)  # type: ignore[union-attr]
+    available = list(range(n))
+    clean = strat.choose_partitions(3, available)
+    strat.last_ratio = {p: (0.01 if p in picked else 1.0) for p in range(n)}
+    assert strat.choose_partitions(3, available) == clean

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -114,6 +116,45 @@ def test_lp_brute_force_over_round_time() -> None:
     assert sol.objective == pytest.approx(min(vals), abs=1e-2)
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_convex_ratios_are_the_brute_force_optimum_within_bounds(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 12))
+    a, u, w = 50 * rng.uniform(0.1, 0.5, m), rng.uniform(5, 100, m), rng.dirichlet(np.ones(m))
+    lam, theta_min = float(rng.uniform(0.1, 50)), 0.01
+    sol = ratio_lp.solve_convex(a, u, w, lam, theta_min)
+    assert np.all(sol.theta >= theta_min) and np.all(sol.theta <= 1.0)
+    assert np.all(a + sol.theta * u <= sol.round_time + 1e-9)
+    inner = sol.theta < 1 - 1e-9  # every client not at 1 finishes at the round time
+    np.testing.assert_allclose((a + sol.theta * u)[inner], sol.round_time, rtol=1e-9)
+    grid = np.linspace(max(a + theta_min * u), max(a + u), 20001)
+    vals = [ratio_lp.convex_objective(float(np.max(a + th * u)), th, w, lam)
+            for th in (ratio_lp.fill_to(t, a, u, theta_min) for t in grid)]
+    assert sol.objective <= min(vals) + 1e-6
+
+
+def test_convex_ratios_stay_in_a_band_where_the_linear_lp_swings() -> None:
+    # Ten clients with the benchmark's profile (20 steps of U[0.1, 0.5] s, a 2.8 M-parameter
+    # upload at U[1, 5] Mb/s redrawn each round): across 40 redraws the linear LP's mean ratio
+    # swings by more than 30 points at some weight (the swings); the convex term keeps it
+    # within a factor 2 at every weight, and its level follows the weight monotonically.
+    rng = np.random.default_rng(3)
+    a, w = 20 * rng.uniform(0.1, 0.5, 10), np.full(10, 0.1)
+    uplinks = [151.2 / rng.uniform(1, 5, 10) for _ in range(40)]
+
+    def means(solver: Any, weight: float) -> list[float]:
+        return [float(solver(a, u, w, weight * float(np.median(a + u)), 0.01).theta.mean())
+                for u in uplinks]
+
+    assert max(max(m) - min(m) for m in (means(ratio_lp.solve, x) for x in (0.5, 0.7, 1.0))) > 0.3
+    levels = []
+    for weight in (0.005, 0.01, 0.02, 0.05):
+        m = means(ratio_lp.solve_convex, weight)
+        assert max(m) / min(m) < 2.0, weight
+        levels.append(float(np.mean(m)))
+    assert levels == sorted(levels)
+
+
 def test_budget_variant() -> None:
     a, u = np.array([1.0, 5.0, 9.5]), np.array([10.0, 10.0, 10.0])
     sol = ratio_lp.for_budget(a, u, 10.0, 0.1)
@@ -170,6 +211,24 @@ def test_time_cost_steers_greedy_to_the_fast_twin() -> None:
     assert sorted(selection.greedy_facility_location(dist, 2, cost=cost)) == [1, 2]
 
 
+def test_time_cannot_make_the_selection_ignore_a_slow_cluster() -> None:
+    # Three clusters of 5 identical clients; the third cluster's clients are 20x slower. With
+    # k = 3 every cluster must be represented, whatever the weight of time (below 1): a second
+    # member of a covered cluster adds nothing to represent.
+    g = np.repeat(np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]]), 5, axis=0)
+    dist = selection.pairwise_distances(g)
+    cost = np.array([1.0] * 10 + [20.0] * 5)
+    for weight in (0.0, 0.5, 0.9, 0.99):
+        picked = selection.greedy_facility_location(dist, 3, cost=cost, cost_weight=weight)
+        assert sorted(p // 5 for p in picked) == [0, 1, 2], weight
+    # between equally representative clients time still decides: the fast twin wins
+    g2 = np.array([[0.0], [0.0], [10.0]])
+    assert selection.greedy_facility_location(
+        selection.pairwise_distances(g2), 1, cost=np.array([5.0, 1.0, 1.0])) == [1]
+    with pytest.raises(ValueError, match="cost_weight"):
+        selection.greedy_facility_location(dist, 3, cost=cost, cost_weight=1.0)
+
+
 # ----------------------------------------------------------------------------- joint plan
 
 
@@ -185,7 +244,7 @@ def test_joint_plan_picks_clusters_and_equalises_finish_times() -> None:
     rng = np.random.default_rng(1)
     centres = rng.normal(size=(k, 30)) * 5
     signals = {i: centres[i % k] + 0.01 * rng.normal(size=30) for i in range(n)}
-    plan = fedcg_plan.plan_joint(times, k, signals, {}, {}, fedcg_plan.PlanSettings(),
+    plan = fedcg_plan.plan_joint(times, k, signals, {}, fedcg_plan.PlanSettings(),
                                  np.random.default_rng(0))
     assert len(plan.selected) == k
     assert sorted(p % k for p in plan.selected) == list(range(k))  # one per cluster
@@ -202,9 +261,9 @@ def test_joint_plan_never_worse_than_its_first_iteration() -> None:
     times = _times(30, 2)
     rng = np.random.default_rng(5)
     signals = {i: rng.normal(size=8) for i in range(30)}
-    one = fedcg_plan.plan_joint(times, 5, signals, {}, {}, fedcg_plan.PlanSettings(
+    one = fedcg_plan.plan_joint(times, 5, signals, {}, fedcg_plan.PlanSettings(
         max_iterations=1), np.random.default_rng(0))
-    many = fedcg_plan.plan_joint(times, 5, signals, {}, {}, fedcg_plan.PlanSettings(
+    many = fedcg_plan.plan_joint(times, 5, signals, {}, fedcg_plan.PlanSettings(
         max_iterations=5), np.random.default_rng(0))
     assert many.objective <= one.objective + 1e-12
 
@@ -212,7 +271,7 @@ def test_joint_plan_never_worse_than_its_first_iteration() -> None:
 def test_fresh_clients_are_picked_first() -> None:
     times = _times(10, 3)
     signals = {i: np.full(3, float(i)) for i in range(7)}  # 7, 8, 9 have none yet
-    plan = fedcg_plan.plan_joint(times, 4, signals, {}, {}, fedcg_plan.PlanSettings(),
+    plan = fedcg_plan.plan_joint(times, 4, signals, {}, fedcg_plan.PlanSettings(),
                                  np.random.default_rng(0))
     assert {7, 8, 9} <= set(plan.selected) and len(plan.selected) == 4
 

@@ -81,6 +81,22 @@ def test_scafcom_momentum_changes_the_trajectory(tmp_path: Path) -> None:
     assert np.abs(ref[-1] - got[-1]).max() > 1e-3
 
 
+@pytest.mark.parametrize(("init", "scale"), [(None, 1.0), ("first", 1.0), ("zero", 0.2)])
+def test_scafcom_momentum_starts_at_the_first_gradient_by_default(
+        init: str | None, scale: float, tmp_path: Path) -> None:
+    # round 1 (every c_i = c = 0): q_i = C(v_i), so the model step is v_i's; with identity and
+    # alpha = 1 SCAFFOLD's step is gbar_i. The default start v_i = gbar_i takes that full step,
+    # the zero start (1 - beta) 0 + beta gbar_i takes beta times it.
+    over = {"scafcom.compressor": "identity", "scafcom.alpha": 1.0, "scafcom.beta": 0.2,
+            **({} if init is None else {"scafcom.momentum-init": init})}
+    grid, ref = setup("scaffold-1up", tmp_path / "ref")
+    x0 = flat(ref)
+    ref.train_round(grid, 1)
+    grid, got = setup("scafcom", tmp_path / f"got-{init}", **over)
+    got.train_round(grid, 1)
+    np.testing.assert_allclose(flat(got) - x0, scale * (flat(ref) - x0), atol=1e-6)
+
+
 @pytest.mark.parametrize("placement", ["round", "local-steps"])
 def test_scafcom_momentum_placements_differ_but_both_move(placement: str, tmp_path: Path) -> None:
     over = {"scafcom.compressor": "identity", "scafcom.beta": 0.3,

@@ -9,7 +9,8 @@ Zhou & Chowdhury, ICLR 2024, Algorithm 1 (silo side). Per round ``k`` the silo
    private variants ``W = U = 0`` within the batch: a user's data must not steer the arms
    chosen for the later users of the same batch, or their contributions to the released node
    would depend on it and one user's sensitivity would not bound the node's; features enter
-   the statistics clipped to norm ``L`` and rewards clipped to ``[-Y, Y]``;
+   the statistics clipped to norm ``L`` and rewards clipped to ``[-Y, Y]`` (``fedlinucb``
+   clips the same way when ``linucb.reward-clip`` sets ``Y``, for a like-for-like baseline);
 3. releases the tree node of sync ``k`` (:class:`bouquet.privacy.tree.SiloTree`) with its own
    calibrated Gaussian noise, or, for the vector-sum variant, the randomised encoding of every
    user in the node's window.
@@ -127,10 +128,10 @@ def linucb_steps(
     Returns
     -------
     x : ndarray, shape (B, d)
-        Chosen arms' features.
-        (Private variants: clipped to norm ``L``, as they enter the statistics.)
+        Chosen arms' features (clipped to norm ``L``, as they enter the statistics, when
+        ``proto.clips``: always for the private variants).
     y : ndarray, shape (B,)
-        Observed rewards (clipped to ``[-Y, Y]`` for private variants).
+        Observed rewards (clipped to ``[-Y, Y]`` when ``proto.clips``).
     regret : float
         Pseudo-regret of the block (0 unless the source is :class:`KnownMeans`).
 
@@ -160,11 +161,10 @@ def linucb_steps(
             raise ValueError(f"reward {y!r} is not finite")
         if knows_means:
             regret += float(source.regret(rnd, s, a))  # type: ignore[attr-defined]
-        if proto.private:
-            # bounded contribution, and no influence on the batch's later choices
+        if proto.clips:  # bounded contribution (private variants; fedlinucb's reward-clip)
             y = min(max(y, -proto.reward_bound), proto.reward_bound)
             x = clip_norm(x, proto.feature_bound)
-        else:
+        if not proto.private:  # private: no influence on the batch's later choices
             ix = inv @ x
             inv -= np.outer(ix, ix) / (1.0 + x @ ix)
             b += x * y
@@ -278,7 +278,7 @@ def train(msg: Message, context: Context, source: RewardSource, *, context_dim: 
     **options
         Keys of the ``linucb`` section (``batch_steps``, ``horizon_rounds`` (required),
         ``num_silos`` (required for the private variants), ``crs``, ``alpha``,
-        ``reward_noise``, ``regularizer``, ``feature_bound``) and, for the private variants,
+        ``reward_noise``, ``regularizer``, ``feature_bound``, ``reward_clip``) and, for the private variants,
         of ``dp-linucb`` (``epsilon``, ``delta``, ``reward_bound``, ``vecsum_scale``,
         ``min_silos``). They must match the server's: the silo refuses an announced protocol
         that differs.

@@ -40,7 +40,7 @@ def train(msg: Message, context: Context, model: nn.Module, batches: Iterable[An
         As :func:`bouquet.clients.scaffold.train`.
     **options
         The client keys of the ``scafcom`` config section, named as its fields:
-        ``beta`` (0.2), ``alpha`` (0: automatic), ``momentum_init`` ("zero"),
+        ``beta`` (0.2), ``alpha`` (0: automatic), ``momentum_init`` ("first"),
         ``momentum_placement`` ("round"), ``compressor`` ("topk"), ``compressor_ratio`` (0.02),
         ``compressor_k``, ``compressor_levels``, ``compressor_bucket``, ``compressor_chunk``,
         ``compressor_bits``. They must match the server's (its validation rejects a reply

@@ -68,10 +68,20 @@ class FedcgConfig:
     warmup_fraction: float = key(
         1.0, "fraction of online clients that train in a warm-up round", min=0.0, max=1.0)
     diversity_weight: float = key(
-        1.0, "lam_sel: weight of the facility-location error against round time in J", min=0.0)
+        1.0, "lam_sel: weight of the facility-location error against round time in J (which "
+        "plan of the selection/ratio alternation is kept)", min=0.0)
+    time_weight: float = key(
+        0.5, "weight of the extra round time a pick adds against its representativeness gain "
+        "in greedy selection, both normalised to [0, 1] per step; below 1 time cannot make the "
+        "selection skip the client that represents the most", min=0.0, max=0.99)
     error_weight: float = key(
-        0.5, "lam_cmp: weight of the compression error sum gamma(1-theta) against round time "
-        "(time in units of the median dense finish time)", min=0.0)
+        0.01, "lam_cmp: weight of the compression error term sum gamma phi(theta) against round "
+        "time (time in units of the median dense finish time); 0.5 was the linear form's "
+        "default", min=0.0)
+    lp_error: str = key(
+        "convex", "compression error term phi: convex = (1-theta)/theta, the variance factor of "
+        "k-of-d sparsification (ratios move smoothly); linear = 1-theta (an LP, bang-bang "
+        "ratios)", choices=("convex", "linear"))
     theta_min: float = key(0.01, "smallest keep-ratio the LP may give", min=1e-6, max=1.0)
     uniform_ratio: float = key(
         0.1, "keep-ratio of fedcg-select-only and random-topk (1 = dense)", min=1e-6, max=1.0)
@@ -147,7 +157,7 @@ class FedCG(ModelStrategy):
     def __init__(self, **kwargs: Any) -> None:
         # Server state (checkpointed).
         self.signals: dict[int, np.ndarray] = {}
-        self.last_ratio: dict[int, float] = {}
+        self.last_ratio: dict[int, float] = {}  # reported and checkpointed, never planned on
         self.sim_time = 0.0
         self.time_after: dict[int, float] = {}
         self.accuracy: dict[int, float] = {}
@@ -169,7 +179,8 @@ class FedCG(ModelStrategy):
             fallback_uplink_mbps=(cfg.uplink_min_mbps + cfg.uplink_max_mbps) / 2)
         self.settings = fedcg_plan.PlanSettings(
             selection=variant.selection, ratios=variant.ratios, lam_sel=cfg.diversity_weight,
-            lam_cmp=cfg.error_weight, theta_min=cfg.theta_min, uniform_ratio=cfg.uniform_ratio,
+            lam_cmp=cfg.error_weight, time_weight=cfg.time_weight, lp_error=cfg.lp_error,
+            theta_min=cfg.theta_min, uniform_ratio=cfg.uniform_ratio,
             max_iterations=cfg.max_iterations, lp_form=cfg.lp_form, budget=cfg.time_budget)
 
     @property
@@ -229,7 +240,7 @@ class FedCG(ModelStrategy):
         else:
             times = self.client_times(rnd, available)
             weights = {p: self.client_weight(p) for p in set(available) | set(self.signals)}
-            plan = fedcg_plan.plan_joint(times, k, self.signals, weights, self.last_ratio, s, rng)
+            plan = fedcg_plan.plan_joint(times, k, self.signals, weights, s, rng)
         self.planned = PlannedRound(rnd, plan)
         return plan.selected
 

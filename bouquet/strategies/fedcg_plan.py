@@ -7,16 +7,22 @@ paper gives neither the joint objective nor the stopping rule; this module is a 
 time of the candidates) the round objective is
 
     J(S, theta) = T / t_ref + lam_sel * eps(S) / (W C)
-                  + lam_cmp * sum_{j in S} gamma_j (1 - theta_j)
+                  + lam_cmp * sum_{j in S} gamma_j phi(theta_j)
 
 with ``T`` the round time, ``eps(S)`` the facility-location error of :mod:`.selection` (``W`` the
-total client weight, ``C`` the largest distance) and ``gamma`` the aggregation weights. The
-iteration alternates:
+total client weight, ``C`` the largest distance), ``gamma`` the aggregation weights and ``phi``
+the compression error term: ``(1 - theta) / theta`` (``lp_error="convex"``, the default) or
+``1 - theta`` (``"linear"``, a pure LP). The iteration alternates:
 
 1. selection given the ratios: greedy facility location with the predicted finish time charged
-   (weight ``1 / lam_sel``); in the first iteration a client's ratio is the one it had in the
-   previous round, afterwards it is the largest ratio that lets it finish by the current ``T``;
-2. ratios given the selection: the LP of :mod:`.ratio_lp` with ``lam = lam_cmp * t_ref``;
+   on the gain's own scale (:func:`.selection.greedy_facility_location`, weight ``time_weight``
+   < 1, so time cannot make the selection ignore representativeness). Every candidate is costed
+   from its current profile (compute time, uplink): in the first iteration with the ratio the
+   ratio program gives it when all candidates are planned together, afterwards with the largest
+   ratio that lets it finish by the current ``T``. (A client's last keep-ratio is never used: a
+   client last planned in the warm-up would keep looking as slow as it was then, and the same
+   clients would be picked round after round, issue 14.)
+2. ratios given the selection: :mod:`.ratio_lp` with ``lam = lam_cmp * t_ref``;
 
 and stops when ``J`` no longer decreases or after ``max_iterations``; the best plan is kept.
 
@@ -43,7 +49,9 @@ class PlanSettings:
     selection: str = "facility-location"  # or "random"
     ratios: str = "lp"  # or "uniform"
     lam_sel: float = 1.0
-    lam_cmp: float = 0.5
+    lam_cmp: float = 0.01
+    time_weight: float = 0.5
+    lp_error: str = "convex"  # or "linear"
     theta_min: float = 0.01
     uniform_ratio: float = 0.1
     max_iterations: int = 5
@@ -109,9 +117,16 @@ def ratios_for(times: ClientTimes, members: Sequence[int], gamma: np.ndarray,
     ref = t_ref(times)
     if s.lp_form == "budget":
         sol = ratio_lp.for_budget(a, u, s.budget * ref, s.theta_min)
+    elif s.lp_error == "convex":
+        sol = ratio_lp.solve_convex(a, u, gamma, s.lam_cmp * ref, s.theta_min)
     else:
         sol = ratio_lp.solve(a, u, gamma, s.lam_cmp * ref, s.theta_min)
     return sol.theta, sol.round_time
+
+
+def error_term(theta: np.ndarray, s: PlanSettings) -> np.ndarray:
+    """``phi(theta)`` of ``J``: ``(1 - theta) / theta`` (convex) or ``1 - theta`` (linear)."""
+    return (1.0 - theta) / theta if s.lp_error == "convex" else 1.0 - theta
 
 
 def _make_plan(times: ClientTimes, members: Sequence[int], gamma: np.ndarray, theta: np.ndarray,
@@ -155,7 +170,6 @@ def plan_joint(
     k: int,
     signals: Mapping[int, np.ndarray],
     weights: Mapping[int, float],
-    previous_theta: Mapping[int, float],
     s: PlanSettings,
     rng: np.random.Generator,
 ) -> RoundPlan:
@@ -171,8 +185,6 @@ def plan_joint(
         Latest update known for each partition (also offline ones: they must be represented).
     weights : Mapping[int, float]
         Weight of each partition in the facility-location function (1, or its data size).
-    previous_theta : Mapping[int, float]
-        Ratios of the previous round (1 for clients never planned).
     s : PlanSettings
         Weights of the objective, ratio mode, iteration limit.
     rng : numpy.random.Generator
@@ -209,7 +221,11 @@ def plan_joint(
             return float(w_univ.sum() * scale)
         return selection.uncovered_distance(dist, members_univ, w_univ)
 
-    theta_all = np.array([previous_theta.get(p, 1.0) for p in times.pids], dtype=np.float64)
+    # First costing: every candidate at the ratio the ratio program gives it now, all planned
+    # together (their current profiles only, never what they were given in an earlier round).
+    everyone = list(range(len(times.pids)))
+    w_all = np.array([weights.get(p, 1.0) for p in times.pids], dtype=np.float64)
+    theta_all, _ = ratios_for(times, everyone, w_all / max(float(w_all.sum()), 1e-12), s)
     fill_time: float | None = None
     best: RoundPlan | None = None
     iterations = 0
@@ -229,13 +245,13 @@ def plan_joint(
                     cost_univ[universe.index(p)] = cost[pos[p]]
             picked_univ = selection.greedy_facility_location(
                 dist, slots, candidates=known_cands, weights=w_univ, cost=cost_univ,
-                cost_weight=1.0 / s.lam_sel if s.lam_sel > 0 else 1e12, start_cost=start,
+                cost_weight=s.time_weight, start_cost=start,
             )
         members = fresh_pos + [pos[universe[j]] for j in picked_univ]
         gamma = weights_of(picked_univ)
         theta, round_s = ratios_for(times, members, gamma, s)
         value = (round_s / ref + s.lam_sel * eps_of(picked_univ) / (max(w_total, 1e-12) * scale)
-                 + s.lam_cmp * float(np.dot(gamma, 1.0 - theta)))
+                 + s.lam_cmp * float(np.dot(gamma, error_term(theta, s))))
         plan = _make_plan(times, members, gamma, theta, value, iterations)
         if best is not None and value >= best.objective - 1e-9:
             break

@@ -69,7 +69,13 @@ class LinUCBConfig:
     regularizer: float = key(
         0.0, "lambda of non-private FedLinUCB; 0 = sqrt(M) as in the reference", min=0.0)
     feature_bound: float = key(
-        1.0, "L: features are clipped to norm L before entering private statistics", min=1e-9)
+        1.0, "L: features are clipped to norm L before entering private statistics (and "
+        "fedlinucb's when reward-clip > 0)", min=1e-9)
+    reward_clip: float = key(
+        0.0, "fedlinucb: Y > 0 clips rewards to [-Y, Y] and features to norm feature-bound "
+        "before they enter the statistics, as the private variants always do (with "
+        "dp-linucb.reward-bound): the non-private arm of a fair privacy comparison; 0 = no "
+        "clipping. The private variants refuse it", min=0.0)
     num_silos: int = key(
         0, "M: silos the operator runs (calibrates noise and shift); required by the private "
         "variants; 0 = the nodes known at round 1 (fedlinucb only)", min=0)
@@ -206,9 +212,12 @@ class Protocol:
     epsilon, delta : float
         The target guarantee (0 for the non-private variant).
     reward_bound : float
-        Rewards are clipped to ``[-Y, Y]`` in private statistics (``inf``: no clipping).
+        Rewards are clipped to ``[-Y, Y]`` before they enter the statistics (``inf``: no
+        clipping; always finite for the private variants, ``linucb.reward-clip`` for
+        ``fedlinucb``).
     feature_bound : float
-        ``L``: features are clipped to norm ``L`` in private statistics.
+        ``L``: features are clipped to norm ``L`` in the statistics (whenever
+        :attr:`clips`).
     vecsum_scale : float
         Scale of the vector-sum protocol's noise bits.
     min_silos : int
@@ -238,6 +247,17 @@ class Protocol:
     def private(self) -> bool:
         """Whether noise is added."""
         return self.variant.private
+
+    @property
+    def clips(self) -> bool:
+        """Whether features (to ``L``) and rewards (to ``[-Y, Y]``) are clipped.
+
+        Always for the private variants (their sensitivity rests on it); for ``fedlinucb`` when
+        ``linucb.reward-clip`` is set, so that a privacy comparison's non-private arm sees the
+        same bounded statistics as its private arms (Zhou & Chowdhury, ICLR 2024, assume
+        ``||x|| <= L`` and bounded rewards for every algorithm they compare).
+        """
+        return math.isfinite(self.reward_bound)
 
     @property
     def horizon(self) -> int:
@@ -277,8 +297,12 @@ def make_protocol(variant: str, lin: LinUCBConfig, dp: DPLinUCBConfig | None, di
     bound = lin.feature_bound
     if kind.calibration is None or dp is None:
         lam = lin.regularizer or math.sqrt(num_silos)
+        reward_bound = lin.reward_clip or math.inf
         return Protocol(VARIANTS["none"], dim, num_silos, lin.batch_steps, horizon_rounds,
-                        levels, 0.0, lam, 0.0, 0.0, math.inf, bound)
+                        levels, 0.0, lam, 0.0, 0.0, reward_bound, bound)
+    if lin.reward_clip:
+        raise ValueError("linucb.reward-clip is fedlinucb's: the private variants always clip "
+                         "rewards to dp-linucb.reward-bound (which calibrates their noise)")
     if num_silos < 1:
         raise ValueError("linucb.num-silos must be set (>= 1) for the private variants: the noise "
                          "is calibrated for the silos the operator runs, never for what nodes "
@@ -471,7 +495,7 @@ class FedLinUCB(BouquetStrategy):
             slack = TAIL * proto.sigma
             if np.abs(gram).max() > n_w * bound**2 + slack or np.diag(gram).min() < -slack:
                 raise v.InvalidReply("node/gram: values impossible for the window's users")
-            if proto.private and np.abs(vec).max() > n_w * bound * proto.reward_bound + slack:
+            if proto.clips and np.abs(vec).max() > n_w * bound * proto.reward_bound + slack:
                 raise v.InvalidReply("node/vec: values impossible for the window's users")
             v.positive_semidefinite(
                 gram, "node/gram",

@@ -34,6 +34,10 @@ local gradient ``gbar_i = (x - y) / (K eta_l) - c + c_i`` and sends ``C(v_i - c_
 those directions, ``(x - y) / (K eta_l) + c_i - c``; both give the same ``v_i`` formula in terms of
 the local gradients, they differ in the local trajectory.
 
+A client's first ``v_i`` is its first ``gbar_i`` (``momentum-init='first'``, the default), so
+that the momentum is an average of local gradients from the first round on; ``'zero'`` starts
+from ``v_i = 0`` and makes a client's first contribution ``beta`` times smaller.
+
 The placement of the momentum, the initial ``v_i``, the default ``alpha`` and the step scaling
 are reconstructions (the paper's text was not available); see docs/methods/scafcom.md.
 
@@ -92,8 +96,10 @@ class ScafcomConfig(UplinkCompression, ScaffoldConfig):
     beta: float = key(0.2, "momentum weight: v_i <- (1 - beta) v_i + beta gbar_i", min=0.0,
                       max=1.0)
     momentum_init: str = key(
-        "zero", "v_i before a client's first round: zero, or its first gbar_i (reconstructed)",
-        choices=("zero", "first"))
+        "first", "v_i at a client's first round: first = its first gbar_i (the momentum is an "
+        "average of gradients from the start), zero = (1-beta) 0 + beta gbar_i (the first "
+        "step beta times smaller); see docs/methods/scafcom.md",
+        choices=("first", "zero"))
     momentum_placement: str = key(
         "round",
         "round: v_i <- (1-beta) v_i + beta gbar_i once per round, local steps use g - c_i + c; "

@@ -63,14 +63,22 @@ def greedy_facility_location(
     candidates: Sequence[int] | None = None,
     weights: np.ndarray | None = None,
     cost: np.ndarray | None = None,
-    cost_weight: float = 1.0,
+    cost_weight: float = 0.5,
     start_cost: float = 0.0,
 ) -> list[int]:
-    """Greedy maximisation of ``F(S) / (W C) - cost_weight * max_{j in S} cost_j``, ``|S| <= k``.
+    """Greedy facility location that also charges the round time a pick adds, ``|S| <= k``.
 
     With ``cost=None`` this is plain greedy facility location. A cost (the predicted finish time
-    of each client, in units of a reference time) makes the selection heterogeneity-aware: adding
-    a client that would finish after the current slowest one is charged the extra round time.
+    of each client) makes the selection heterogeneity-aware: adding a client that would finish
+    after the current slowest one is charged the extra round time. At every step both terms are
+    put on one scale: the representativeness gain ``F(S + j) - F(S)`` divided by the largest gain
+    among the remaining clients, the extra time divided by the largest extra time among them, so
+    each lies in ``[0, 1]``, and the pick maximises ``gain - cost_weight * extra``. With
+    ``cost_weight < 1`` the client that represents the most still scores ``>= 1 - cost_weight >
+    0``, so one that adds no representativeness (score ``<= 0``) never beats it, however slow the
+    representative is: time decides between clients of similar representativeness, it cannot
+    make the selection ignore the uncovered part of the population (an additive penalty in
+    seconds could, issue 14).
 
     Parameters
     ----------
@@ -85,7 +93,7 @@ def greedy_facility_location(
     cost : ndarray, optional
         Per-client cost (length n), charged through the maximum over the set.
     cost_weight : float
-        Factor applied to the cost term.
+        Weight of the normalised extra time against the normalised gain, in ``[0, 1)``.
     start_cost : float
         Cost already committed before the first pick (clients chosen by other means).
 
@@ -95,6 +103,8 @@ def greedy_facility_location(
         Selected indices in the order picked (exactly ``min(k, len(candidates))`` of them).
 
     """
+    if not 0.0 <= cost_weight < 1.0:
+        raise ValueError(f"cost_weight must lie in [0, 1), got {cost_weight}")
     n = dist.shape[0]
     cand = list(range(n)) if candidates is None else list(candidates)
     w = _weights(n, weights)
@@ -109,7 +119,9 @@ def greedy_facility_location(
         gains = (np.maximum(sim[:, remaining], best_row[:, None]) - best_row[:, None]).T @ w / norm
         if cost is not None:
             extra = np.maximum(np.asarray(cost)[remaining] - slowest, 0.0)
-            gains = gains - cost_weight * extra
+            top_gain, top_extra = float(gains.max()), float(extra.max())
+            gains = (gains / top_gain if top_gain > 0 else gains) - cost_weight * (
+                extra / top_extra if top_extra > 0 else extra)
         pick = remaining[int(np.argmax(gains))]  # ties -> lowest position in candidates
         chosen.append(pick)
         best_row = np.maximum(best_row, sim[:, pick])
