@@ -592,3 +592,21 @@ def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
     run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "x",
                                   "fraction-train": 1.0}), nodes=2)
     assert events == ["sync client-state", "checkpoint"] * 2
+
+
+def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:
+    """Past three versions, a save overwrites the oldest file (no file created, none deleted)."""
+    store = NodeStore(tmp_path / "p0", 0, 7, False, fsync=False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    inodes = []
+    for rnd in range(1, 6):
+        _set(ctx, rnd)
+        persist(ctx, store, rnd)
+        inodes.append(store.path(store.complete()[-1]).stat().st_ino)
+    assert [v.round for v in store.complete()] == [3, 4, 5]
+    assert inodes[3:] == inodes[:2]  # rounds 4 and 5 live in the files of rounds 1 and 2
+    assert sorted(p.name for p in (tmp_path / "p0").iterdir()) == \
+        [store.path(v).name for v in store.complete()]
+    for v in store.complete():
+        assert int(store.load(v)["m.counter"]["n"]) == v.round  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from bouquet.strategies.checkpoint import (
     META_FILE,
     CheckpointError,
+    atomic_rewrite,
     atomic_write,
     fsync_folder,
     load_checkpoint,
@@ -204,8 +205,12 @@ class NodeStore:
         version = Version(rnd, seq, self.run_id)
         header = {"round": rnd, "partition-id": self.partition_id, "run-id": self.run_id,
                   "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
-        atomic_write(self.path(version), MAGIC + json.dumps(header).encode() + b"\n" + blob,
-                     fsync=self.fsync)
+        data = MAGIC + json.dumps(header).encode() + b"\n" + blob
+        if len(done) >= KEEP_VERSIONS and not done[0].legacy:  # the oldest would go: reuse it
+            atomic_rewrite(self.path(done[0]), self.path(version), data, fsync=self.fsync)
+            done = done[1:]
+        else:
+            atomic_write(self.path(version), data, fsync=self.fsync)
         if self.fsync:
             fsync_folder(self.folder)
         self._prune([*done, version], debris, keep=frozenset({version}))
