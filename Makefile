@@ -45,8 +45,13 @@ demo: setup
 	$(BIN)/bouquet run scafcom --clients 10 --rounds 30 --results-dir $(RESULTS) \
 	  --set preset=label-skew
 
+# The suite runs on every core (pytest-xdist, PYTEST_WORKERS=0 to run it in one process); tests
+# that must not overlap share an xdist_group (e.g. "fleet": one SuperLink fleet at a time).
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: setup system-deps lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL)
 
 # Fresh virtual environments built with the documented install commands, one round of each
 # extra's default method (tests/test_fresh_install.py; about 10 minutes with a warm pip cache).
@@ -54,7 +59,7 @@ test-install: setup
 	BOUQUET_INSTALL_TESTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m install tests/test_fresh_install.py
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 lint: setup
 	$(BIN)/ruff check bouquet bouquet_fab tests benchmarks examples

@@ -99,6 +99,7 @@ def _installed_apps(fleet_dir: Path) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("fleet")  # one fleet at a time (tests/test_reliability_deploy.py)
 def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path) -> None:
     """flwr build, extract, then a SuperLink and 2 SuperNodes run FedAvg and SCAFCOM from it."""
     from bouquet.apps.deploy import CONNECTION, LocalFleet

@@ -146,7 +146,7 @@ CLIENT_USES_OF_STRATEGIES = {
                                   "VARIANTS", "variant_named",
                                   "horizon_of"},
     "bouquet.strategies.checkpoint": {"META_FILE", "CheckpointError", "load_checkpoint",
-                                      "save_checkpoint"},
+                                      "atomic_write", "atomic_rewrite", "fsync_folder"},
 }
 
 

@@ -309,12 +309,14 @@ def test_restarted_dp_node_keeps_its_epsilon_and_a_corrupt_one_refuses(tmp_path:
     eps_full = load_checkpoint(full.parent / CHECKPOINT_DIR)[1]["epsilon"]
     run_dir = tmp_path / "restarts"
     seen: dict[str, dict[str, float]] = {}
+    truncated: list[str] = []
 
     def restart(g: HookedGrid) -> None:
         seen["round 2"] = load_checkpoint(run_dir / CHECKPOINT_DIR)[1]["epsilon"]
-        latest = NodeStore(node_folder(run_dir, 1), 1, g.run_id, False).complete()[-1]
-        blob = node_folder(run_dir, 1) / latest.name / "state.npz"
+        store = NodeStore(node_folder(run_dir, 1), 1, g.run_id, False)
+        blob = store.path(store.complete()[-1])
         blob.write_bytes(blob.read_bytes()[:-20])
+        truncated.append(blob.name)
         for pid in (0, 1, 2):
             g.restart(pid)
         g.contexts[1002].node_config["state-dir"] = "off"
@@ -328,7 +330,7 @@ def test_restarted_dp_node_keeps_its_epsilon_and_a_corrupt_one_refuses(tmp_path:
     assert eps["0"] == eps_full["0"]
     errors = [f for f in rows[2]["failures"] if f["kind"] == "errors"]
     assert rows[2]["errors"] == 1 and errors[0]["partition_id"] == 1
-    assert "state.npz" in errors[0]["reason"]
+    assert truncated[0] in errors[0]["reason"]
     assert eps["1"] == before["1"]  # no reply: the server keeps its last value
     assert rows[2]["rejected"] == 1
     rejected = [f for f in rows[2]["failures"] if f["kind"] == "rejected"]
@@ -381,11 +383,12 @@ def test_unfinished_version_is_ignored_and_corrupt_metadata_refused(tmp_path: Pa
         persist(ctx, store, rnd)
     versions = store.complete()
     assert [v.round for v in versions] == [1, 2, 3]
-    (store.path(versions[-1]) / "meta.json").unlink()  # died while writing round 3
+    last = store.path(versions[-1])  # died while writing round 3: never got its final name
+    last.rename(last.with_name(f".{last.name}.x7k2"))
     back = _context()
     assert restore(back, store, 4) == 2 and _read(back) == 2
-    (store.path(versions[1]) / "meta.json").write_text("{")
-    with pytest.raises(StateRestoreError, match=r"r000002-s000001-run7/meta\.json"):
+    store.path(versions[1]).write_text("{")
+    with pytest.raises(StateRestoreError, match=r"r000002-s000001-run7\.state"):
         restore(_context(), store, 4)
 
 
@@ -458,3 +461,152 @@ def test_rolling_a_dp_node_back_never_gives_privacy_back(tmp_path: Path) -> None
     assert history == [[1.0, 0.1, 30]]  # ...but the privacy spent in orphaned round 3 counts
     assert ClientAccountant.epsilon_of([(1.0, 0.1, 30)], 1e-5) > \
         ClientAccountant.epsilon_of([(1.0, 0.1, 20)], 1e-5)
+
+
+# --------------------------------------------------------------------------- what reaches the disk
+def _fsync_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    import bouquet.strategies.checkpoint as checkpoint
+
+    calls: list[int] = []
+    real = checkpoint.os.fsync
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    return calls
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_version_is_fsynced_only_where_the_store_says(fsync: bool, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fsync``: file and folder flushed before ``save`` returns; ``cache``: no fsync at all."""
+    calls = _fsync_calls(monkeypatch)
+    store = NodeStore(tmp_path / "p0", 0, 7, False, fsync=fsync)
+    ctx = _context()
+    restore(ctx, store, 1)
+    _set(ctx, 1)
+    assert persist(ctx, store, 1)
+    assert len(calls) == (2 if fsync else 0)
+    back = _context()
+    assert restore(back, store, 2) == 1 and _read(back) == 1
+
+
+def test_state_sync_node_config(tmp_path: Path) -> None:
+    """Default: fsync on a SuperNode's own ``state-dir``, the page cache in the run folder."""
+    from bouquet.apps.client_app import node_store, state_fsync
+
+    assert state_fsync({}) is False
+    assert state_fsync({"state-dir": "/var/lib/bouquet"}) is True
+    assert state_fsync({"state-dir": "/x", "state-sync": "cache"}) is False
+    assert state_fsync({"state-sync": " FSYNC "}) is True
+    with pytest.raises(ValueError, match="state-sync='sometimes': use one of fsync, cache"):
+        state_fsync({"state-sync": "sometimes"})
+    cfg = resolve({"method": "fedavg", "results-dir": str(tmp_path), "run-name": "r"})
+    env = type("Env", (), {"partition_id": 0})()
+    ctx = _context()
+    store = node_store(ctx, cfg, env)  # type: ignore[arg-type]
+    assert store is not None and store.fsync is False
+    assert store.folder == tmp_path / "r" / "client-state" / "partition-0"
+    ctx.node_config["state-dir"] = str(tmp_path / "own")
+    store = node_store(ctx, cfg, env)  # type: ignore[arg-type]
+    assert store is not None and store.fsync is True
+
+
+def test_a_version_in_the_page_cache_survives_the_node_being_killed(tmp_path: Path) -> None:
+    """``cache`` mode: the node process is SIGKILLed right after the save; nothing is lost."""
+    import signal
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal
+from pathlib import Path
+from flwr.app import ConfigRecord, Context, RecordDict
+from bouquet.clients.persistence import NodeStore, persist, restore
+ctx = Context(7, 1, {{"partition-id": 0, "num-partitions": 1}}, RecordDict(), {{}})
+store = NodeStore(Path({str(tmp_path / 'p0')!r}), 0, 7, False, fsync=False)
+restore(ctx, store, 1)
+ctx.state["m.counter"] = ConfigRecord({{"n": 41}})
+assert persist(ctx, store, 1)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    back = _context()
+    assert restore(back, NodeStore(tmp_path / "p0", 0, 7, False), 2) == 1
+    assert back.state["m.counter"]["n"] == 41
+
+
+def test_a_flipped_byte_is_refused_and_debris_of_a_dead_write_is_deleted(tmp_path: Path) -> None:
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    _set(ctx, 1)
+    persist(ctx, store, 1)
+    path = store.path(store.complete()[-1])
+    debris = path.with_name(f".{path.name}.a1b2")
+    debris.write_bytes(b"half")
+    _set(ctx, 2)
+    persist(ctx, store, 2)
+    assert not debris.exists() and len(store.complete()) == 2
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    _set(ctx, 3)
+    persist(ctx, store, 3)  # the newest versions are fine...
+    store.path(store.complete()[-1]).unlink()
+    store.path(store.complete()[-1]).unlink()
+    with pytest.raises(StateRestoreError, match="checksum mismatch"):
+        restore(_context(), store, 4)  # ...but the only one left is corrupt: refused
+
+
+def test_a_version_folder_of_an_earlier_release_is_still_restored(tmp_path: Path) -> None:
+    """Before single-file versions, a version was a checkpoint folder (state.npz + meta.json)."""
+    from bouquet.clients.persistence import encode_state
+
+    ctx = _context()
+    _set(ctx, 6)
+    save_checkpoint(tmp_path / "p0" / "r000002-s000004-run7", 2,
+                    {"context-state": np.frombuffer(encode_state(ctx.state), dtype=np.uint8)},
+                    extra={"partition-id": 0, "run-id": 7})
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    back = _context()
+    assert restore(back, store, 3) == 2 and _read(back) == 6
+    _set(back, 7)
+    assert persist(back, store, 3)
+    assert [(v.round, v.seq, v.legacy) for v in store.complete()] == [(2, 4, True),
+                                                                       (3, 5, False)]
+
+
+def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Simulated nodes write into the page cache; round r's checkpoint waits for their disk."""
+    import bouquet.apps.recorder as recorder
+
+    events: list[str] = []
+    save = recorder.save_checkpoint
+    monkeypatch.setattr(recorder, "sync_filesystem",
+                        lambda folder: events.append(f"sync {folder.name}"))
+    monkeypatch.setattr(recorder, "save_checkpoint",
+                        lambda *a, **k: (events.append("checkpoint"), save(*a, **k))[1])
+    name = "dp-fedlinucb-ldp" if "dp-fedlinucb-ldp" in methods() else "scafcom"
+    run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "x",
+                                  "fraction-train": 1.0}), nodes=2)
+    assert events == ["sync client-state", "checkpoint"] * 2
+
+
+def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:
+    """Past three versions, a save overwrites the oldest file (no file created, none deleted)."""
+    store = NodeStore(tmp_path / "p0", 0, 7, False, fsync=False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    inodes = []
+    for rnd in range(1, 6):
+        _set(ctx, rnd)
+        persist(ctx, store, rnd)
+        inodes.append(store.path(store.complete()[-1]).stat().st_ino)
+    assert [v.round for v in store.complete()] == [3, 4, 5]
+    assert inodes[3:] == inodes[:2]  # rounds 4 and 5 live in the files of rounds 1 and 2
+    assert sorted(p.name for p in (tmp_path / "p0").iterdir()) == \
+        [store.path(v).name for v in store.complete()]
+    for v in store.complete():
+        assert int(store.load(v)["m.counter"]["n"]) == v.round  # type: ignore[arg-type]

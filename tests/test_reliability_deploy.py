@@ -30,7 +30,9 @@ from bouquet.apps.deploy import LocalFleet, make_node_key
 from bouquet.apps.registry import get_method, methods
 from bouquet.apps.simulation import live_pids, pids_mentioning
 
-pytestmark = pytest.mark.slow
+#: One fleet at a time (``pytest -n``): node heartbeats and restart deadlines are timed, and every
+#: message starts a process that imports torch.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
 
 METHOD = "dp-fedlinucb-ldp"
 ROUNDS = 4

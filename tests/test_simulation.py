@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,14 +15,22 @@ from bouquet.apps.simulation import live_pids, pids_mentioning, run_simulation
 pytestmark = pytest.mark.slow
 
 
-def test_flwr_run_simulation(tmp_path: Path) -> None:
-    summary = run_simulation({"method": "fedavg", "task": "digits-mlp", "num-server-rounds": 2,
-                              "results-dir": str(tmp_path), "run-name": "sim"}, clients=4,
-                             stream=False, timeout=600)
+def test_flwr_run_simulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run's throwaway FLWR_HOME (bq-flwr-*) goes in a folder of its own, so that the check
+    # below sees every process of this run and none of a run of another test (pytest -n).
+    base = Path(tempfile.mkdtemp(prefix="q", dir="/tmp"))  # short: Ray's socket paths are capped
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    try:
+        summary = run_simulation({"method": "fedavg", "task": "digits-mlp",
+                                  "num-server-rounds": 2, "results-dir": str(tmp_path),
+                                  "run-name": "sim"}, clients=4, stream=False, timeout=600)
+    finally:
+        monkeypatch.undo()
     s = json.loads(summary.read_text())
     assert s["rounds"] == 2 and s["final"]["accuracy"] > 0.5
     assert s["comm"]["up_bytes_total"] > 0
-    assert live_pids(pids_mentioning("bq-flwr-")) == []
+    assert live_pids(pids_mentioning(f"{base}/bq-flwr-")) == []
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def test_bad_run_config_fails_before_training(tmp_path: Path) -> None:
@@ -30,6 +40,7 @@ def test_bad_run_config_fails_before_training(tmp_path: Path) -> None:
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
 
 
+@pytest.mark.xdist_group("fleet")  # one fleet at a time (tests/test_reliability_deploy.py)
 def test_deploy_local_over_tls_with_authentication(tmp_path: Path) -> None:
     from bouquet.apps.deploy import LocalFleet
 

@@ -14,7 +14,7 @@ from and saved to the node's disk (:mod:`bouquet.clients.persistence`): node con
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 
 from bouquet.apps.config import RunConfig, resolve
 from bouquet.apps.registry import get_task
-from bouquet.apps.results import default_results_dir, default_run_name
+from bouquet.apps.results import CLIENT_STATE_DIR, default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
 from bouquet.clients.persistence import NodeStore, persist, restore
@@ -74,6 +74,24 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
 STATE_DIR_KEY = "state-dir"
 #: Values of ``state-dir`` that turn persistence off.
 STATE_OFF = ("off", "none", "")
+#: Node-config key: ``fsync`` (every saved version flushed to the disk before the reply leaves)
+#: or ``cache`` (written atomically into the page cache; survives a killed node process). Default:
+#: ``fsync`` with an explicit ``state-dir`` (a SuperNode's own disk), ``cache`` in the run folder,
+#: whose file system the server syncs once per round (docs/reliability.md).
+STATE_SYNC_KEY = "state-sync"
+STATE_SYNC_MODES = ("fsync", "cache")
+
+
+def state_fsync(node_config: Mapping[str, Any]) -> bool:
+    """Whether this node flushes each saved version to the disk (``state-sync``, see above)."""
+    setting = node_config.get(STATE_SYNC_KEY)
+    if setting is None:
+        return STATE_DIR_KEY in node_config
+    mode = str(setting).strip().lower()
+    if mode not in STATE_SYNC_MODES:
+        raise ValueError(f"node config {STATE_SYNC_KEY}={setting!r}: use one of "
+                         f"{', '.join(STATE_SYNC_MODES)}")
+    return mode == "fsync"
 
 
 def run_key(cfg: RunConfig, context: Context) -> str:
@@ -98,13 +116,14 @@ def node_store(context: Context, cfg: RunConfig, env: ClientEnv) -> NodeStore | 
             return None
         root = Path(str(setting)).expanduser().resolve() / key
     elif cfg.common.resume_from:
-        root = Path(cfg.common.resume_from).expanduser().resolve() / "client-state"
+        root = Path(cfg.common.resume_from).expanduser().resolve() / CLIENT_STATE_DIR
     else:
         base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
             else default_results_dir()
-        root = base / key / "client-state"
+        root = base / key / CLIENT_STATE_DIR
     return NodeStore(root / f"partition-{env.partition_id}", env.partition_id, context.run_id,
-                     resumed=bool(cfg.common.resume_from))
+                     resumed=bool(cfg.common.resume_from),
+                     fsync=state_fsync(context.node_config))
 
 
 def with_node_memory(msg: Message, context: Context, cfg: RunConfig, env: ClientEnv,

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.results import ResultsWriter
+from bouquet.apps.results import CLIENT_STATE_DIR, ResultsWriter
 from bouquet.strategies.base import BouquetStrategy
-from bouquet.strategies.checkpoint import save_checkpoint
+from bouquet.strategies.checkpoint import save_checkpoint, sync_filesystem
 from bouquet.strategies.round_log import RoundLog
 from bouquet.strategies.rounds import RoundReport
 
@@ -101,6 +101,9 @@ class RunRecorder:
         self.headline = sorted(set(self.headline) | set(report.evaluation())
                                | set(strategy.headline_metrics()))
         self.writer.append(record)
+        node_state = self.run_dir / CLIENT_STATE_DIR
+        if node_state.is_dir():  # simulated nodes wrote their state there, into the page cache
+            sync_filesystem(node_state)  # on the disk before the checkpoint that relies on it
         save_checkpoint(self.run_dir / CHECKPOINT_DIR, report.round, strategy.state_dict(),
                         {**self.identity, "headline": self.headline})
         self.last_round = report.round

@@ -22,6 +22,8 @@ ROUND_KEYS = ("round", "up_bytes", "down_bytes", "clients", "rejected", "errors"
               "wall_s")
 #: Metrics where lower is better (for ``best`` in summary.json).
 LOWER_IS_BETTER = ("loss", "regret", "perplexity")
+#: Folder of a run folder where nodes without a ``state-dir`` keep their saved state (simulation).
+CLIENT_STATE_DIR = "client-state"
 
 
 def default_results_dir() -> Path:

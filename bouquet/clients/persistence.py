@@ -7,17 +7,27 @@ accountant; for SCAFFOLD it would lose ``c_i``; for a bandit silo its tree nodes
 writes the whole ``context.state`` to disk after every message that changed it, and restores it
 when a node meets the run with an empty state.
 
-Layout: one folder per run and partition, holding a few round-tagged versions::
+Layout: one folder per run and partition, holding a few round-tagged versions, one file each::
 
-    <folder>/r000004-s000007-run<flower run id>/state.npz + meta.json
+    <folder>/r000004-s000007-run<flower run id>.state
 
-Each version is a :mod:`bouquet.strategies.checkpoint` checkpoint (atomic, checksummed) whose one
-array is ``context.state`` serialised with Flower's own protobuf encoding, so every record type
-round-trips exactly. A version whose ``meta.json`` is absent was never completed (the node died
-while writing it, before its reply left) and is ignored; a version that is present but corrupt
-raises :class:`StateRestoreError` naming the file and the node answers nothing (it is never
-half-loaded, and it never silently falls back to an older version, which for a DP client would
-under-report epsilon).
+A version file is a short JSON header (round, partition id, Flower run id, size and SHA-256 of
+the payload) followed by ``context.state`` serialised with Flower's own protobuf encoding, so
+every record type round-trips exactly. It is written under a temporary name and renamed into
+place (:func:`~bouquet.strategies.checkpoint.atomic_write`) before the reply leaves: a version
+under its final name is complete; a temporary ``.r…state.…`` file is one the node died while
+writing, before its reply left, and is ignored (and deleted). A version that is present but
+corrupt raises :class:`StateRestoreError` naming the file and the node answers nothing (it is
+never half-loaded, and it never silently falls back to an older version, which for a DP client
+would under-report epsilon). Versions written by earlier bouquet releases (a folder
+``r…-s…-run…/`` holding a :mod:`bouquet.strategies.checkpoint` checkpoint) are still read.
+
+How durable a version is depends on the store's ``fsync`` switch (docs/reliability.md, "What a
+saved version survives"): with it, the file and its folder are flushed to the disk before the
+reply leaves (a power cut loses nothing answered); without it, the version is in the kernel's
+page cache when the reply leaves, which outlives a killed node process, and whoever needs it on
+the disk syncs the file system once for many nodes (the simulation server does, every round,
+before its checkpoint: :func:`~bouquet.strategies.checkpoint.sync_filesystem`).
 
 Which version is restored (a node with no ``bouquet.persistence`` marker in ``context.state``):
 
@@ -37,9 +47,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, RecordDict
@@ -49,8 +61,10 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from bouquet.strategies.checkpoint import (
     META_FILE,
     CheckpointError,
+    atomic_rewrite,
+    atomic_write,
+    fsync_folder,
     load_checkpoint,
-    save_checkpoint,
 )
 
 #: The DP accountant's record in ``context.state`` (privacy/accountant.py: ``NodeState(context,
@@ -60,8 +74,14 @@ ACCOUNTANT_KEY = "dp.accountant"
 MARKER = "bouquet.persistence"
 #: How many versions a partition's folder keeps.
 KEEP_VERSIONS = 3
-_STATE_KEY = "context-state"
-_VERSION = re.compile(r"^r(\d+)-s(\d+)-run(\d+)$")
+#: File name suffix of a version.
+SUFFIX = ".state"
+#: First line of every version file (format name and number).
+MAGIC = b"bouquet-node-state 1\n"
+_STATE_KEY = "context-state"  # the one array of a legacy (folder) version
+_VERSION = re.compile(r"^r(\d+)-s(\d+)-run(\d+)(\.state)?$")
+#: Temporary file of an unfinished write (atomic_write's ``.<name>.<random>``).
+_UNFINISHED = re.compile(r"^\.r\d+-s\d+-run\d+\.state\.")
 
 
 class StateRestoreError(RuntimeError):
@@ -75,10 +95,12 @@ class Version:
     round: int
     seq: int
     run_id: int
+    #: Written by an earlier release as a checkpoint folder (read, never written).
+    legacy: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def name(self) -> str:
-        """Folder name of this version."""
+        """Name of this version (its file name without :data:`SUFFIX`)."""
         return f"r{self.round:06d}-s{self.seq:06d}-run{self.run_id}"
 
 
@@ -109,79 +131,144 @@ class NodeStore:
     resumed : bool
         True when this run continues a stopped one (``resume-from``): versions of earlier
         attempts may then be restored.
+    fsync : bool
+        Flush every version (file and folder) to the disk before :meth:`save` returns, so that
+        it survives a power cut. Without it a saved version survives the node process being
+        killed, not its machine losing power, until the file system is synced.
 
     """
 
-    def __init__(self, folder: Path, partition_id: int, run_id: int, resumed: bool) -> None:
+    def __init__(self, folder: Path, partition_id: int, run_id: int, resumed: bool,
+                 fsync: bool = True) -> None:
         self.folder = folder
         self.partition_id = partition_id
         self.run_id = run_id
         self.resumed = resumed
+        self.fsync = fsync
 
-    def all_versions(self) -> list[Version]:
-        """Every version folder, complete or not, oldest first."""
-        if not self.folder.is_dir():
-            return []
-        out = []
-        for entry in self.folder.iterdir():
+    def _scan(self) -> tuple[list[Version], list[Path]]:
+        """Complete versions (oldest first) and the debris of unfinished writes, in one listing."""
+        done: list[Version] = []
+        debris: list[Path] = []
+        try:
+            entries = list(os.scandir(self.folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return done, debris
+        for entry in entries:
             m = _VERSION.match(entry.name)
-            if m and entry.is_dir():
-                out.append(Version(int(m[1]), int(m[2]), int(m[3])))
-        return sorted(out)
+            if m is None:
+                if _UNFINISHED.match(entry.name):
+                    debris.append(Path(entry.path))
+                continue
+            version = Version(int(m[1]), int(m[2]), int(m[3]), legacy=m[4] is None)
+            if not version.legacy and entry.is_file():
+                done.append(version)
+            elif version.legacy and entry.is_dir():  # complete once its meta.json exists
+                if os.path.isfile(os.path.join(entry.path, META_FILE)):
+                    done.append(version)
+                else:
+                    debris.append(Path(entry.path))
+        return sorted(done), debris
 
     def complete(self) -> list[Version]:
-        """Versions whose checkpoint was finished (``meta.json`` written), oldest first."""
-        return [v for v in self.all_versions() if (self.folder / v.name / META_FILE).is_file()]
+        """Versions that were completely written, oldest first."""
+        return self._scan()[0]
 
     def path(self, version: Version) -> Path:
-        """Folder of one version."""
-        return self.folder / version.name
+        """File of one version (a folder for a legacy one)."""
+        return self.folder / (version.name if version.legacy else version.name + SUFFIX)
 
     def load(self, version: Version) -> RecordDict:
         """Read one version; raise :class:`StateRestoreError` if it is corrupt."""
-        folder = self.path(version)
+        path = self.path(version)
         try:
-            rnd, state, extra = load_checkpoint(folder)
-            blob = state[_STATE_KEY]
-            if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8:
-                raise CheckpointError(f"{folder / 'state.npz'}: no serialised context state")
-            if int(extra.get("partition-id", -1)) != self.partition_id or rnd != version.round:
+            if version.legacy:
+                rnd, owner, blob = _read_legacy(path)
+            else:
+                rnd, owner, blob = read_version_file(path)
+            if owner != self.partition_id or rnd != version.round:
                 raise CheckpointError(
-                    f"{folder / META_FILE}: belongs to partition {extra.get('partition-id')} "
-                    f"round {rnd}, not partition {self.partition_id} round {version.round}")
-            return decode_state(blob.tobytes())
+                    f"{path}: belongs to partition {owner} round {rnd}, not partition "
+                    f"{self.partition_id} round {version.round}")
+            return decode_state(blob)
         except (CheckpointError, KeyError, ValueError) as exc:
             raise StateRestoreError(
                 f"cannot restore this node's saved state: {exc}. The node refuses to answer "
                 "rather than start from an empty state (a DP client would under-report epsilon). "
-                f"Repair or restore the file, or delete {folder} to accept losing that state."
+                f"Repair or restore the file, or delete {path} to accept losing that state."
             ) from exc
 
     def save(self, rnd: int, blob: bytes) -> Version:
         """Write a new version for round ``rnd``; keep the newest :data:`KEEP_VERSIONS`."""
-        existing = self.all_versions()
-        seq = max((v.seq for v in existing), default=-1) + 1
+        done, debris = self._scan()
+        seq = max((v.seq for v in done), default=-1) + 1
         version = Version(rnd, seq, self.run_id)
-        save_checkpoint(self.path(version), rnd,
-                        {_STATE_KEY: np.frombuffer(blob, dtype=np.uint8)},
-                        extra={"partition-id": self.partition_id, "run-id": self.run_id})
-        self.prune(keep=frozenset({version}))
+        header = {"round": rnd, "partition-id": self.partition_id, "run-id": self.run_id,
+                  "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+        data = MAGIC + json.dumps(header).encode() + b"\n" + blob
+        if len(done) >= KEEP_VERSIONS and not done[0].legacy:  # the oldest would go: reuse it
+            atomic_rewrite(self.path(done[0]), self.path(version), data, fsync=self.fsync)
+            done = done[1:]
+        else:
+            atomic_write(self.path(version), data, fsync=self.fsync)
+        if self.fsync:
+            fsync_folder(self.folder)
+        self._prune([*done, version], debris, keep=frozenset({version}))
         return version
 
     def prune(self, keep: frozenset[Version] = frozenset(), only_this_run: bool = False) -> None:
-        """Delete incomplete and surplus versions (and, optionally, other runs' versions).
+        """Delete unfinished and surplus versions (and, optionally, other runs' versions).
 
         Keeps the newest :data:`KEEP_VERSIONS` complete versions and anything in ``keep``; with
         ``only_this_run`` every version written by another Flower run goes too.
         """
-        done = self.complete()
-        doomed = set(self.all_versions()) - set(done)
-        if only_this_run:
-            doomed.update(v for v in done if v.run_id != self.run_id)
-        alive = [v for v in done if v not in doomed]
+        done, debris = self._scan()
+        self._prune(done, debris, keep, only_this_run)
+
+    def _prune(self, done: list[Version], debris: list[Path], keep: frozenset[Version],
+               only_this_run: bool = False) -> None:
+        doomed = {v for v in done if v.run_id != self.run_id} if only_this_run else set()
+        alive = sorted(v for v in done if v not in doomed)
         doomed.update(alive[:-KEEP_VERSIONS])
-        for v in doomed - set(keep):
-            shutil.rmtree(self.path(v), ignore_errors=True)
+        for path in [*debris, *(self.path(v) for v in doomed - set(keep))]:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def read_version_file(path: Path) -> tuple[int, int, bytes]:
+    """``(round, partition id, serialised state)`` of a version file, checksum verified.
+
+    Raises :class:`~bouquet.strategies.checkpoint.CheckpointError` naming the file when it is
+    missing, truncated, corrupt or not a version file.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc})") from exc
+    end = data.find(b"\n", len(MAGIC))
+    if not data.startswith(MAGIC) or end < 0:
+        raise CheckpointError(f"{path}: not a bouquet node-state file (truncated or corrupt)")
+    try:
+        header: Any = json.loads(data[len(MAGIC):end])
+        rnd, owner = int(header["round"]), int(header["partition-id"])
+        size, digest = int(header["size"]), str(header["sha256"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: unreadable header ({exc})") from exc
+    blob = data[end + 1:]
+    if len(blob) != size or hashlib.sha256(blob).hexdigest() != digest:
+        raise CheckpointError(f"{path}: checksum mismatch (truncated or corrupt)")
+    return rnd, owner, blob
+
+
+def _read_legacy(folder: Path) -> tuple[int, int, bytes]:
+    """:func:`read_version_file` for a version folder written by an earlier release."""
+    rnd, state, extra = load_checkpoint(folder)
+    blob = state.get(_STATE_KEY)
+    if not isinstance(blob, np.ndarray) or blob.dtype != np.uint8:
+        raise CheckpointError(f"{folder / 'state.npz'}: no serialised context state")
+    return rnd, int(extra.get("partition-id", -1)), blob.tobytes()
 
 
 def carry_spent_privacy(store: NodeStore, done: list[Version], restored: RecordDict | None
@@ -269,7 +356,7 @@ def persist(context: Context, store: NodeStore, rnd: int) -> bool:
         return False
     restored = marker.get("restored-round", -1) if isinstance(marker, ConfigRecord) else -1
     restored = restored if isinstance(restored, int) else -1
-    if not store.complete() and not context.state.keys() - {MARKER}:
+    if not context.state.keys() - {MARKER} and not store.complete():
         context.state[MARKER] = _marker(digest, restored)
         return False  # nothing to keep yet
     store.save(rnd, blob)

@@ -8,14 +8,24 @@ Layout of a checkpoint folder::
 
 Loading verifies the checksum and every reference: a corrupt or truncated file raises
 :class:`CheckpointError` naming the file; nothing is ever half-loaded.
+
+The write helpers (:func:`atomic_write`, :func:`atomic_rewrite`, :func:`fsync_folder`,
+:func:`sync_filesystem`) are the
+one place where bouquet decides what reaches the disk when; the results writer and the nodes'
+saved state (:mod:`bouquet.clients.persistence`) use them too. docs/reliability.md states the
+guarantee each writer gives.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import io
 import json
 import os
+import secrets
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,20 +70,95 @@ def _join(tree: Any, arrays: Mapping[str, np.ndarray], source: Path) -> Any:
     return tree
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old or the new file, never a mix."""
+def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Write ``data`` to ``path`` so that readers see the old or the new file, never a mix.
+
+    The data goes to a temporary file ``.<name>.<random>`` beside ``path``, which is then renamed
+    over ``path``. Once this returns, the new file survives the writing process being killed (it
+    is in the kernel's page cache). With ``fsync`` (the default) the temporary file is also
+    flushed to the disk before the rename, so that a power cut never leaves ``path`` holding a
+    half-written file; :func:`fsync_folder` on the parent then makes the rename itself durable.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_rewrite(spare: Path, path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """:func:`atomic_write` that reuses the file ``spare`` (consumed) instead of creating one.
+
+    ``spare`` is renamed to the temporary name, overwritten, and renamed to ``path``. Creating a
+    file and deleting an old one whose blocks are already on the disk costs the file system two
+    journal updates (on ext4 the delete alone about 2 ms, against 0.1 ms for this); a writer that
+    keeps a rotating set of files (node state versions) recycles its oldest one instead.
+    """
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+    os.replace(spare, tmp)
+    try:
+        with open(tmp, "r+b") as f:
+            f.write(data)
+            f.truncate()
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def fsync_folder(folder: Path) -> None:
+    """Flush ``folder``'s entries (a rename into it) to the disk (a no-op where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems (and Windows) cannot fsync a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem(folder: Path) -> None:
+    """Flush every pending write of the file system that holds ``folder`` to the disk.
+
+    One call makes everything written there so far durable (Linux ``syncfs``; elsewhere
+    ``sync``, which flushes every file system): the cheap way to make many small files that
+    were written without :func:`os.fsync` durable at once.
+    """
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        libc = _libc()
+        if libc is None or libc.syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _libc() -> Any:
+    """The C library when it has ``syncfs`` (Linux), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syncfs.argtypes = [ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
 
 
 def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
