@@ -84,8 +84,10 @@ def _outcome(summary: Path) -> int:
     data = json.loads(summary.read_text())
     stopped = data.get("stopped")
     if stopped:
-        print(f"bouquet: run stopped after round {stopped.get('after_round')}: "
-              f"{stopped.get('reason')}; {stopped.get('resume')}", file=sys.stderr)
+        done = stopped.get("after_round")
+        when = "before round 1" if done == 0 else f"after round {done}"
+        print(f"bouquet: run stopped {when}: {stopped.get('reason')}; {stopped.get('resume')}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -208,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--insecure", action="store_true",
                    help="no TLS, no node authentication (debugging only)")
     s.add_argument("--keep", action="store_true", help="keep the fleet folder (logs)")
+    s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
     common(s)
     s.set_defaults(func=cmd_deploy)
 

@@ -196,29 +196,61 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None, **options: Any) -
     return strategy
 
 
-def stop_for_lack_of_nodes(recorder: RunRecorder, strategy: BouquetStrategy, cfg: RunConfig,
-                           run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
+#: Flower's task type of a ServerApp run on a SuperLink (a deployment; simulation is
+#: ``flwr-simulation``, the in-process grid leaves it empty).
+DEPLOYMENT_TASK_TYPE = "flwr-serverapp"
+
+
+def is_deployment(grid: Grid) -> bool:
+    """Whether ``grid`` is a deployment's (a SuperLink with SuperNodes), not a simulation's."""
+    try:
+        return str(grid.run.primary_task_type) == DEPLOYMENT_TASK_TYPE
+    except Exception:  # tests' fakes
+        return False
+
+
+def resume_hint(run_dir: Path, *, deployment: bool) -> str:
+    """The command that continues the run in ``run_dir`` after its checkpoint.
+
+    A deployment run is resumed on its federation (``flwr run`` with the app and the
+    connection), a simulation with ``bouquet run --resume`` or ``flwr run`` on the app.
+    """
+    run_config = f"--run-config \"resume-from='{run_dir}'\""
+    if deployment:
+        return (f"flwr run <app-dir> <connection> --stream {run_config}  (a local fleet: "
+                f"bouquet deploy-local --resume {run_dir})")
+    return f"bouquet run --resume {run_dir}  (or flwr run <app-dir> {run_config})"
+
+
+#: ``stopped.resume`` of a run that stopped before it saved any round.
+NOTHING_TO_RESUME = ("nothing was saved yet: run the same command again once enough nodes are "
+                     "online; it starts from round 1")
+
+
+def stop_message(exc: BaseException, done: int, run_dir: Path, hint: str) -> str:
+    """What the server prints when a run stops after ``done`` complete rounds."""
+    if done == 0:
+        return f"STOPPED before round 1: {exc}. Nothing was saved yet (no checkpoint); {hint}"
+    saved = "Round 1 is" if done == 1 else f"Rounds 1-{done} are"
+    return (f"STOPPED before round {done + 1}: {exc}. {saved} saved (checkpoint of round {done} "
+            f"in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
+
+
+def stop_for_lack_of_nodes(recorder: RunRecorder, strategy: BouquetStrategy, run_dir: Path,
+                           exc: NotEnoughNodes, *, deployment: bool = False) -> Path:
     """Write ``summary.json`` of the rounds done, with a ``stopped`` entry, and say how to resume.
 
-    The checkpoint of the last complete round is already on disk, so the run can be resumed
-    from it once enough nodes are back.
+    The checkpoint of the last complete round (``recorder.last_round``) is already on disk, so
+    the run can be resumed from it once enough nodes are back; before round 1 completes there
+    is nothing to resume and a rerun starts from round 1.
     """
-    done = rnd - 1
-    if done == 0:  # nothing was saved: there is nothing to resume
-        hint = "start the run again once enough nodes are online (no round was completed)"
-    else:
-        hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
-                f"\"resume-from='{run_dir}'\")")
+    done = recorder.last_round
+    hint = NOTHING_TO_RESUME if done == 0 else resume_hint(run_dir, deployment=deployment)
     extras = dict(strategy.summary_extras())
     extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint,
                          "failures": exc.failures}
     path = recorder.finish(strategy, extras)
-    if done == 0:
-        say(f"STOPPED before round 1: {exc}. No round was completed and no checkpoint written; "
-            f"{hint}")
-    else:
-        say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
-            f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
+    say(stop_message(exc, done, run_dir, hint))
     return path
 
 
@@ -290,7 +322,7 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
                        evaluate_fn=central_evaluation(task) if mode == "central" else None,
                        first_round=recorder.last_round + 1, callbacks=[recorder])
     except NotEnoughNodes as exc:
-        stop_for_lack_of_nodes(recorder, strategy, cfg, run_dir, recorder.last_round + 1, exc)
+        stop_for_lack_of_nodes(recorder, strategy, run_dir, exc, deployment=is_deployment(grid))
         raise
     path = recorder.finish(strategy)
     say(f"summary: {path}")
