@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.apps.config import ConfigError, all_keys, name_run, pin_presets, resolve
+from bouquet.apps.prestart import StartupError, check_engine, check_local_nodes
 from bouquet.apps.registry import methods, tasks
 from bouquet.strategies.checkpoint import CheckpointError
 
@@ -98,6 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = name_run(_overrides(args))
     resolved = precheck(cfg, num_nodes=args.clients)  # mistakes known now stop before start-up
+    check_engine(args.engine)
+    check_local_nodes(resolved)
     if args.engine == "inprocess":
         from bouquet.apps.local_grid import LocalGrid
         from bouquet.apps.runner import execute
@@ -109,12 +112,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         except NotEnoughNodes:  # the stop is in summary.json; _outcome reports it
             summary = run_dir_for(resolved) / "summary.json"
     else:
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            print('bouquet: the simulation engine needs Ray: pip install "flwr-bouquet[simulation]"'
-                  " (or run with --engine inprocess)", file=sys.stderr)
-            return 2
         from bouquet.apps.simulation import run_simulation
 
         summary = run_simulation(cfg, args.clients)
@@ -127,7 +124,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from bouquet.apps.runner import precheck
 
     cfg = _overrides(args)
-    precheck(cfg, num_nodes=args.nodes)
+    check_local_nodes(precheck(cfg, num_nodes=args.nodes))
     summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep)
     return _outcome(summary)
 
@@ -246,11 +243,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.method = "fedavg"
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        print(f"bouquet: configuration error: {exc}", file=sys.stderr)
+    except (ConfigError, StartupError) as exc:  # found before anything started
+        print(f"bouquet: error: {exc}", file=sys.stderr)
         return 2
     except CheckpointError as exc:
-        print(f"bouquet: cannot resume: {exc}", file=sys.stderr)
+        print(f"bouquet: error: cannot resume: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bouquet: interrupted; every process started was stopped", file=sys.stderr)

@@ -24,6 +24,7 @@ from bouquet.apps.config import (
     node_view_agrees,
     resolve,
 )
+from bouquet.apps.prestart import check_writable
 from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder, say
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
@@ -257,7 +258,7 @@ def stop_for_lack_of_nodes(recorder: RunRecorder, strategy: BouquetStrategy, run
 def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | None,
                   num_nodes: int | None = None, run_id: int | None = None
                   ) -> tuple[RunConfig, Path, tuple[int, dict[str, Any], dict[str, Any]] | None]:
-    """Every check that needs no node: config, run folder, checkpoint, method/task/partition.
+    """Every check that needs no node: config, run folder (writable), checkpoint, method/task/partition.
 
     Returns the resolved config, the run folder and the checkpoint to resume from (or None).
     A resumed run reads its checkpoint before anything in the run folder is rewritten: a
@@ -271,8 +272,11 @@ def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | Non
     resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     if resumed is not None:
         check_resume(cfg, run_dir, resumed[2])
-    elif cfg.common.run_name:
-        refuse_reused_folder(run_dir)
+        check_writable(run_dir, "resume-from")
+    else:
+        check_writable(run_dir.parent)
+        if cfg.common.run_name:
+            refuse_reused_folder(run_dir)
     check_fit(cfg, num_nodes)
     return cfg, run_dir, resumed
 
