@@ -3,7 +3,8 @@
 One call of :func:`execute` resolves the config, builds the strategy through its constructor
 (``from_setup``) and runs it with the strategy's own ``start()``; a
 :class:`~bouquet.apps.recorder.RunRecorder` callback writes a metrics line and a checkpoint
-after every round and prints progress, and ``summary.json`` is written at the end.
+after every round, a :class:`~bouquet.apps.progress.RunProgress` callback shows the progress,
+and ``summary.json`` is written at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bouquet.apps.config import (
     resolve,
 )
 from bouquet.apps.prestart import check_writable
+from bouquet.apps.progress import RunProgress
 from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder, say
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
@@ -299,7 +301,8 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     """Run a whole federated run on ``grid``; return the path of ``summary.json``.
 
     The strategy is built by its own constructor (``from_setup``) and run by its ``start()``;
-    results files, checkpoints and progress lines are a :class:`RunRecorder` callback.
+    results files and checkpoints are a :class:`RunRecorder` callback, the progress display a
+    :class:`~bouquet.apps.progress.RunProgress` one.
     """
     cfg, run_dir, resumed = checked_start(run_config, explicit_keys(grid),
                                           run_id=flower_run_id(grid))
@@ -324,7 +327,8 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     try:
         strategy.start(grid=grid, num_rounds=rounds, timeout=cfg.common.round_timeout,
                        evaluate_fn=central_evaluation(task) if mode == "central" else None,
-                       first_round=recorder.last_round + 1, callbacks=[recorder])
+                       first_round=recorder.last_round + 1,
+                       callbacks=[recorder, RunProgress(rounds)])
     except NotEnoughNodes as exc:
         stop_for_lack_of_nodes(recorder, strategy, run_dir, exc, deployment=is_deployment(grid))
         raise
