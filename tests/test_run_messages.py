@@ -22,14 +22,15 @@ class LeavingGrid(LocalGrid):
     ``task_type`` is what Flower's run object says: ``flwr-serverapp`` on a SuperLink.
     """
 
-    def __init__(self, num_nodes: int, run_config: dict[str, Any], task_type: str) -> None:
+    def __init__(self, num_nodes: int, run_config: dict[str, Any], task_type: str | None) -> None:
         super().__init__(num_nodes, run_config)
         self.task_type = task_type
 
     @property
     def run(self) -> Run:
         run = super().run
-        run.primary_task_type = self.task_type
+        if self.task_type is not None:  # None: the in-process grid's own
+            run.primary_task_type = self.task_type
         return run
 
     def push_messages(self, messages: Any) -> Any:
@@ -41,7 +42,7 @@ class LeavingGrid(LocalGrid):
         return super().push_messages(messages)
 
 
-def stopped_run(tmp_path: Path, task_type: str) -> dict[str, Any]:
+def stopped_run(tmp_path: Path, task_type: str | None) -> dict[str, Any]:
     cfg = {"method": "fedavg", "results-dir": str(tmp_path), "run-name": "r",
            "num-server-rounds": 2, "min-train-nodes": 2, "sample-deadline": 0.5,
            "local-steps": 1, "fraction-train": 1.0}
@@ -75,9 +76,10 @@ def test_resume_hint_of_a_deployment_is_the_deployment_command() -> None:
 @pytest.mark.parametrize(("task_type", "command"), [
     ("flwr-serverapp", "flwr run <app-dir> <connection>"),
     ("flwr-simulation", "bouquet run --resume"),
+    (None, "bouquet run --resume"),  # bouquet run --engine inprocess
 ])
 def test_a_stopped_run_writes_the_resume_command_of_its_engine(
-        task_type: str, command: str, tmp_path: Path,
+        task_type: str | None, command: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     stopped = stopped_run(tmp_path, task_type)
     assert stopped["after_round"] == 1 and stopped["resume"].startswith(command)
