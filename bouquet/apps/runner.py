@@ -199,8 +199,8 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None, **options: Any) -
     return strategy
 
 
-#: Flower's task type of a ServerApp run on a SuperLink (a deployment; simulation is
-#: ``flwr-simulation``, the in-process grid leaves it empty).
+#: Flower's task type of a ServerApp run on a SuperLink (a deployment; a simulation, and the
+#: in-process grid, say ``flwr-simulation``).
 DEPLOYMENT_TASK_TYPE = "flwr-serverapp"
 
 
