@@ -61,11 +61,11 @@ def test_plain_lines_have_round_eta_replies_bytes_and_metric() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "[bouquet] waiting for nodes: 3/5 online"
     # after round 1: 3 rounds left at 10 s each
-    assert lines[1] == ("[bouquet] round 1/4 | eta 0:00:30 | replies 4/5 | up 1.0 MB, down 2.0 MB "
-                        "so far | accuracy=0.25 | 10.0s")
+    assert lines[1] == ("[bouquet] round 1/4 | eta 0:00:30 | accuracy=0.25 | replies 4/5 | "
+                        "up 1.0 MB, down 2.0 MB so far | 10.0s")
     # after round 2: mean 15 s, 2 rounds left
-    assert lines[2] == ("[bouquet] round 2/4 | eta 0:00:30 | replies 5/5 (2 rejected) | up 2.0 MB, "
-                        "down 4.0 MB so far | accuracy=0.8123 | 20.0s")
+    assert lines[2] == ("[bouquet] round 2/4 | eta 0:00:30 | accuracy=0.8123 | replies 5/5 "
+                        "(2 rejected) | up 2.0 MB, down 4.0 MB so far | 20.0s")
     assert len(lines) == 3
 
 

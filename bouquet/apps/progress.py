@@ -13,7 +13,7 @@ ServerApp whose output ``flwr run --stream`` relays) it prints one plain line pe
 per change while the server waits for nodes::
 
     [bouquet] waiting for nodes: 3/5 online
-    [bouquet] round 2/5 | eta 0:00:36 | replies 5/5 | up 1.2 MB, down 4.8 MB so far | accuracy=0.8123 | 12.0s
+    [bouquet] round 2/5 | eta 0:00:36 | accuracy=0.8123 | replies 5/5 | up 1.2 MB, down 4.8 MB so far | 12.0s
 
 The ETA is the mean duration of this run's rounds times the rounds left; the clock is injectable
 (``clock``) so that tests are deterministic. Results files are the recorder's job
@@ -162,9 +162,9 @@ class RunProgress:
         state.down_bytes += int(record["down_bytes"])
         names = sorted(set(report.evaluation()) | set(strategy.headline_metrics()))
         details = " | ".join(x for x in (
-            replies_text(record),
-            f"up {format_bytes(state.up_bytes)}, down {format_bytes(state.down_bytes)} so far",
-            metrics_text(record, names)) if x)
+            metrics_text(record, names), replies_text(record),
+            f"up {format_bytes(state.up_bytes)}, down {format_bytes(state.down_bytes)} so far")
+            if x)
         if self.bar is not None:
             self.bar.show(self.state, f"round {report.round}/{state.num_rounds}", details, now)
             if report.round >= state.num_rounds:
@@ -193,11 +193,18 @@ class RichBar:
     def __init__(self, out: IO[str]) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Column
+
+        def fixed(width: int) -> Column:  # never squeezed by the details
+            return Column(no_wrap=True, min_width=width)
 
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("eta {task.fields[eta]}"), TextColumn("{task.fields[details]}"),
-            console=Console(file=out), transient=False)
+            TextColumn("[bold]{task.description}", table_column=fixed(12)),
+            BarColumn(bar_width=16), MofNCompleteColumn(table_column=fixed(5)),
+            TextColumn("eta {task.fields[eta]}", table_column=fixed(11)),
+            TextColumn("{task.fields[details]}",
+                       table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            console=Console(file=out), transient=False, expand=True)
         self.task: Any = None
 
     def show(self, state: ProgressState, description: str, details: str, now: float) -> None:
