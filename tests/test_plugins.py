@@ -216,7 +216,7 @@ def test_start_callbacks_record_results_for_a_user_run(tmp_path: Path) -> None:
     grid = LocalGrid(3, {}, client=quickstart_app())
     seen: list[int] = []
     recorder = RunRecorder(tmp_path / "run", meta={"method": "fedavg", "task": "mine", "seed": 0},
-                           num_rounds=2, progress=None)
+                           num_rounds=2)
     strategy = FedAvg(min_available_nodes=3, sample_deadline=5.0)
     strategy.start(grid=grid, initial_arrays=initial(), num_rounds=2,
                    callbacks=[recorder, lambda s, report: seen.append(report.round)])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bouquet.apps.config import ConfigError, all_keys, name_run, pin_presets, resolve
+from bouquet.apps.prestart import StartupError, check_engine, check_local_nodes
 from bouquet.apps.registry import methods, tasks
 from bouquet.strategies.checkpoint import CheckpointError
 
@@ -84,8 +85,10 @@ def _outcome(summary: Path) -> int:
     data = json.loads(summary.read_text())
     stopped = data.get("stopped")
     if stopped:
-        print(f"bouquet: run stopped after round {stopped.get('after_round')}: "
-              f"{stopped.get('reason')}; {stopped.get('resume')}", file=sys.stderr)
+        done = stopped.get("after_round")
+        when = "before round 1" if done == 0 else f"after round {done}"
+        print(f"bouquet: run stopped {when}: {stopped.get('reason')}; {stopped.get('resume')}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -96,6 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = name_run(_overrides(args))
     resolved = precheck(cfg, num_nodes=args.clients)  # mistakes known now stop before start-up
+    check_engine(args.engine)
+    check_local_nodes(resolved)
     if args.engine == "inprocess":
         from bouquet.apps.local_grid import LocalGrid
         from bouquet.apps.runner import execute
@@ -107,12 +112,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         except NotEnoughNodes:  # the stop is in summary.json; _outcome reports it
             summary = run_dir_for(resolved) / "summary.json"
     else:
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            print('bouquet: the simulation engine needs Ray: pip install "flwr-bouquet[simulation]"'
-                  " (or run with --engine inprocess)", file=sys.stderr)
-            return 2
         from bouquet.apps.simulation import run_simulation
 
         summary = run_simulation(cfg, args.clients)
@@ -125,7 +124,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from bouquet.apps.runner import precheck
 
     cfg = _overrides(args)
-    precheck(cfg, num_nodes=args.nodes)
+    check_local_nodes(precheck(cfg, num_nodes=args.nodes))
     summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep)
     return _outcome(summary)
 
@@ -217,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--insecure", action="store_true",
                    help="no TLS, no node authentication (debugging only)")
     s.add_argument("--keep", action="store_true", help="keep the fleet folder (logs)")
+    s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
     common(s)
     s.set_defaults(func=cmd_deploy)
 
@@ -256,11 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.method = "fedavg"
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        print(f"bouquet: configuration error: {exc}", file=sys.stderr)
+    except (ConfigError, StartupError) as exc:  # found before anything started
+        print(f"bouquet: error: {exc}", file=sys.stderr)
         return 2
     except CheckpointError as exc:
-        print(f"bouquet: cannot resume: {exc}", file=sys.stderr)
+        print(f"bouquet: error: cannot resume: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("bouquet: interrupted; every process started was stopped", file=sys.stderr)

@@ -37,12 +37,16 @@ def check_partition(cfg: RunConfig, num_nodes: int) -> None:
     """
     try:
         task = get_task(cfg.task_name).load()
+        if hasattr(task, "require"):  # its packaged data/model files
+            task.require()
     except Exception:  # not loadable on this machine: the nodes will report it
         return
     if not hasattr(task, "num_examples"):
         return
     try:
         size = int(task.num_examples(0, num_nodes, cfg.common))
+    except ImportError:  # data this machine lacks: the nodes (or the CLI's node check) say so
+        return
     except ValueError as exc:
         raise ConfigError(
             f"partition: {cfg.common.partition!r} cannot split task {cfg.task_name!r} over "

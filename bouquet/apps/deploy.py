@@ -10,7 +10,8 @@ What it does, in order:
    ``partition-id`` and ``state-dir`` (the node's saved state, see
    :mod:`bouquet.clients.persistence`);
 4. runs the app with ``flwr run <app> local-fleet --stream`` and checks that ``summary.json`` exists;
-5. stops every process it started, by PID, also on failure or Ctrl-C.
+5. stops every process it started, by PID, also on failure or Ctrl-C
+   (:mod:`bouquet.apps.processes`: psutil, so also on macOS and Windows).
 
 The SuperLink keeps its state in ``<fleet>/superlink.db`` (``--database``: runs, registered
 keys, node ids), so after :meth:`LocalFleet.restart_superlink` the SuperNodes reconnect and are
@@ -26,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -39,8 +39,9 @@ from typing import IO, Any
 
 from bouquet.apps.config import name_run
 from bouquet.apps.fab import write_app
+from bouquet.apps.processes import children, kill_pids, pids_mentioning, pids_with_env, stop_pids
 from bouquet.apps.results import default_results_dir
-from bouquet.apps.simulation import flower_env, free_port, pids_mentioning, run_config_arg, stop_pids
+from bouquet.apps.simulation import flower_env, free_port, run_config_arg
 
 CONNECTION = "local-fleet"
 
@@ -188,7 +189,7 @@ class LocalFleet:
         SuperNodes reconnect by themselves and keep their node ids (the database kept them).
         """
         proc = self.procs.pop("superlink")
-        stop_pids(sorted({proc.pid, *self._children(proc.pid), *self._pids_of("superlink")}),
+        stop_pids(sorted({proc.pid, *children(proc.pid), *self._pids_of("superlink")}),
                   grace=20.0)
         proc.wait(timeout=30)
         self._spawn("superlink", self.superlink_cmd)
@@ -272,11 +273,7 @@ class LocalFleet:
         1.42); until then replies it owes are missing, then they come back as errors.
         """
         proc = self.procs.pop(f"node{i}")
-        for pid in sorted({proc.pid, *self._children(proc.pid), *self._pids_of(f"node{i}")}):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(sorted({proc.pid, *children(proc.pid), *self._pids_of(f"node{i}")}))
         proc.wait(timeout=10)
 
     def restart_node(self, i: int, *, graceful: bool = True, deadline: float = 150.0
@@ -291,7 +288,7 @@ class LocalFleet:
         """
         if graceful:
             proc = self.procs.pop(f"node{i}")
-            stop_pids([proc.pid] + self._children(proc.pid), grace=20.0)
+            stop_pids([proc.pid] + children(proc.pid), grace=20.0)
             proc.wait(timeout=10)
         else:
             self.kill_node(i)
@@ -311,19 +308,7 @@ class LocalFleet:
 
     def _pids_of(self, name: str) -> list[int]:
         """Processes running with component ``name``'s FLWR_HOME (also orphaned helpers)."""
-        return pids_mentioning(f"FLWR_HOME={self.dir / f'home-{name}'}\0")
-
-    @staticmethod
-    def _children(pid: int) -> list[int]:
-        out = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if int((entry / "stat").read_text().split()[3]) == pid:
-                        out.append(int(entry.name))
-                except (OSError, ValueError, IndexError):
-                    continue
-        return out
+        return pids_with_env("FLWR_HOME", str(self.dir / f"home-{name}"))
 
     def run(self, overrides: Mapping[str, Any], timeout: float = 1800.0,
             app: Path | None = None) -> Path:
@@ -373,4 +358,5 @@ def deploy_local(nodes: int, overrides: Mapping[str, Any], *, secure: bool = Tru
             import shutil
 
             shutil.rmtree(fleet.dir, ignore_errors=True)
-        os.sync()
+        if hasattr(os, "sync"):  # not on Windows
+            os.sync()

@@ -26,6 +26,9 @@ from bouquet.apps.client_app import app as client_app
 from bouquet.apps.config import full_run_config
 from bouquet.privacy.dp_config import DP_SEED_KEY
 
+#: Flower's task type of a simulation run (``flwr.supercore.constant.TaskType.SIMULATION``).
+SIMULATION_TASK_TYPE = "flwr-simulation"
+
 #: Each grid is a new "flwr run": its contexts get a run id no other grid in this process has.
 
 __all__ = ["LocalGrid", "full_run_config"]
@@ -81,9 +84,14 @@ class LocalGrid(Grid):
 
     @property
     def run(self) -> Run:
-        """The run, as Flower would describe it (``override_config``: the keys given)."""
+        """The run, as Flower would describe it (``override_config``: the keys given).
+
+        Its task type is a simulation's (``Run.create_empty`` says ``flwr-serverapp``, a
+        deployment's): the nodes run here, and a stopped run resumes with ``bouquet run``.
+        """
         run = Run.create_empty(self.run_id)
         run.override_config = dict(self.override_config)
+        run.primary_task_type = SIMULATION_TASK_TYPE
         return run
 
     def create_message(self, *a: Any, **k: Any) -> Message:  # pragma: no cover

@@ -1,4 +1,4 @@
-"""A ``start()`` callback that keeps a run's results: metrics.jsonl, checkpoints, progress lines.
+"""A ``start()`` callback that keeps a run's results: metrics.jsonl, checkpoints, summary.json.
 
 Bouquet's runner passes one to :meth:`BouquetStrategy.start`; a Flower user's ServerApp can do
 the same::
@@ -8,11 +8,13 @@ the same::
     result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=10,
                             callbacks=[recorder])
     recorder.finish(strategy)  # summary.json
+
+The live display of the run is another callback, :class:`bouquet.apps.progress.RunProgress`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +55,7 @@ def round_record(report: RoundReport) -> dict[str, Any]:
 
 
 class RunRecorder:
-    """Writes each round's ``metrics.jsonl`` line and checkpoint, and prints progress.
+    """Writes each round's ``metrics.jsonl`` line and checkpoint (and, at the end, the summary).
 
     Parameters
     ----------
@@ -64,29 +66,25 @@ class RunRecorder:
     config_yaml : str
         The resolved configuration written to ``config.yaml``.
     num_rounds : int
-        Shown in progress lines (``round 2/5``).
+        The run's last round.
     identity : Mapping[str, Any], optional
         What a resume checks against the checkpoint (bouquet's runner: the config's identity).
     headline : Sequence[str]
         Metric names already in ``final``/``best`` (a resumed run's).
     target_accuracy : float
         For the time/bytes-to-target entries of ``summary.json`` (0: none).
-    progress : callable or None
-        Where progress lines go (None: nowhere).
 
     """
 
     def __init__(self, run_dir: Path, *, meta: Mapping[str, Any], config_yaml: str = "",
                  num_rounds: int = 0, identity: Mapping[str, Any] | None = None,
-                 headline: Sequence[str] = (), target_accuracy: float = 0.0,
-                 progress: Callable[[str], None] | None = say) -> None:
+                 headline: Sequence[str] = (), target_accuracy: float = 0.0) -> None:
         self.run_dir = Path(run_dir)
         self.writer = ResultsWriter(self.run_dir, config_yaml, meta)
         self.num_rounds = num_rounds
         self.identity = dict(identity or {})
         self.headline = list(headline)
         self.target_accuracy = target_accuracy
-        self.progress = progress
         #: The last round recorded (a resumed run starts after it).
         self.last_round = 0
 
@@ -107,13 +105,6 @@ class RunRecorder:
         save_checkpoint(self.run_dir / CHECKPOINT_DIR, report.round, strategy.state_dict(),
                         {**self.identity, "headline": self.headline})
         self.last_round = report.round
-        if self.progress is not None:
-            shown = " ".join(f"{k}={record[k]:.4g}" for k in self.headline if k in record)
-            self.progress(
-                f"round {report.round}/{self.num_rounds} {shown} up={record['up_bytes']}B "
-                f"down={record['down_bytes']}B clients={record['clients']} "
-                f"rejected={record['rejected']} errors={record['errors']} "
-                f"missing={record['missing']} ({record['wall_s']:.1f}s)")
 
     def finish(self, strategy: BouquetStrategy,
                extras: Mapping[str, Mapping[str, Any]] | None = None) -> Path:

@@ -3,7 +3,8 @@
 One call of :func:`execute` resolves the config, builds the strategy through its constructor
 (``from_setup``) and runs it with the strategy's own ``start()``; a
 :class:`~bouquet.apps.recorder.RunRecorder` callback writes a metrics line and a checkpoint
-after every round and prints progress, and ``summary.json`` is written at the end.
+after every round, a :class:`~bouquet.apps.progress.RunProgress` callback shows the progress,
+and ``summary.json`` is written at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from bouquet.apps.config import (
     node_view_agrees,
     resolve,
 )
+from bouquet.apps.prestart import check_writable
+from bouquet.apps.progress import RunProgress
 from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder, say
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
@@ -196,36 +199,68 @@ def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None, **options: Any) -
     return strategy
 
 
-def stop_for_lack_of_nodes(recorder: RunRecorder, strategy: BouquetStrategy, cfg: RunConfig,
-                           run_dir: Path, rnd: int, exc: NotEnoughNodes) -> Path:
+#: Flower's task type of a ServerApp run on a SuperLink (a deployment; a simulation, and the
+#: in-process grid, say ``flwr-simulation``).
+DEPLOYMENT_TASK_TYPE = "flwr-serverapp"
+
+
+def is_deployment(grid: Grid) -> bool:
+    """Whether ``grid`` is a deployment's (a SuperLink with SuperNodes), not a simulation's."""
+    try:
+        return str(grid.run.primary_task_type) == DEPLOYMENT_TASK_TYPE
+    except Exception:  # tests' fakes
+        return False
+
+
+def resume_hint(run_dir: Path, *, deployment: bool) -> str:
+    """The command that continues the run in ``run_dir`` after its checkpoint.
+
+    A deployment run is resumed on its federation (``flwr run`` with the app and the
+    connection), a simulation with ``bouquet run --resume`` or ``flwr run`` on the app.
+    """
+    run_config = f"--run-config \"resume-from='{run_dir}'\""
+    if deployment:
+        return (f"flwr run <app-dir> <connection> --stream {run_config}  (a local fleet: "
+                f"bouquet deploy-local --resume {run_dir})")
+    return f"bouquet run --resume {run_dir}  (or flwr run <app-dir> {run_config})"
+
+
+#: ``stopped.resume`` of a run that stopped before it saved any round.
+NOTHING_TO_RESUME = ("nothing was saved yet: run the same command again once enough nodes are "
+                     "online; it starts from round 1")
+
+
+def stop_message(exc: BaseException, done: int, run_dir: Path, hint: str) -> str:
+    """What the server prints when a run stops after ``done`` complete rounds."""
+    if done == 0:
+        return f"STOPPED before round 1: {exc}. Nothing was saved yet (no checkpoint); {hint}"
+    saved = "Round 1 is" if done == 1 else f"Rounds 1-{done} are"
+    return (f"STOPPED before round {done + 1}: {exc}. {saved} saved (checkpoint of round {done} "
+            f"in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
+
+
+def stop_for_lack_of_nodes(recorder: RunRecorder, strategy: BouquetStrategy, run_dir: Path,
+                           exc: NotEnoughNodes, *, deployment: bool = False) -> Path:
     """Write ``summary.json`` of the rounds done, with a ``stopped`` entry, and say how to resume.
 
-    The checkpoint of the last complete round is already on disk, so the run can be resumed
-    from it once enough nodes are back.
+    The checkpoint of the last complete round (``recorder.last_round``) is already on disk, so
+    the run can be resumed from it once enough nodes are back; before round 1 completes there
+    is nothing to resume and a rerun starts from round 1.
     """
-    done = rnd - 1
-    if done == 0:  # nothing was saved: there is nothing to resume
-        hint = "start the run again once enough nodes are online (no round was completed)"
-    else:
-        hint = (f"bouquet run --resume {run_dir}  (or flwr run ... --run-config "
-                f"\"resume-from='{run_dir}'\")")
+    done = recorder.last_round
+    hint = NOTHING_TO_RESUME if done == 0 else resume_hint(run_dir, deployment=deployment)
     extras = dict(strategy.summary_extras())
     extras["stopped"] = {"after_round": done, "reason": str(exc), "resume": hint,
                          "failures": exc.failures}
     path = recorder.finish(strategy, extras)
-    if done == 0:
-        say(f"STOPPED before round 1: {exc}. No round was completed and no checkpoint written; "
-            f"{hint}")
-    else:
-        say(f"STOPPED before round {rnd}: {exc}. Rounds 1-{done} are saved (checkpoint of round "
-            f"{done} in {run_dir / CHECKPOINT_DIR}); resume with {hint}")
+    say(stop_message(exc, done, run_dir, hint))
     return path
 
 
 def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | None,
                   num_nodes: int | None = None, run_id: int | None = None
                   ) -> tuple[RunConfig, Path, tuple[int, dict[str, Any], dict[str, Any]] | None]:
-    """Every check that needs no node: config, run folder, checkpoint, method/task/partition.
+    """Every check that needs no node: config, run folder (writable), checkpoint, method/task/partition.
 
     Returns the resolved config, the run folder and the checkpoint to resume from (or None).
     A resumed run reads its checkpoint before anything in the run folder is rewritten: a
@@ -239,8 +274,11 @@ def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | Non
     resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     if resumed is not None:
         check_resume(cfg, run_dir, resumed[2])
-    elif cfg.common.run_name:
-        refuse_reused_folder(run_dir)
+        check_writable(run_dir, "resume-from")
+    else:
+        check_writable(run_dir.parent)
+        if cfg.common.run_name:
+            refuse_reused_folder(run_dir)
     check_fit(cfg, num_nodes)
     return cfg, run_dir, resumed
 
@@ -263,7 +301,8 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     """Run a whole federated run on ``grid``; return the path of ``summary.json``.
 
     The strategy is built by its own constructor (``from_setup``) and run by its ``start()``;
-    results files, checkpoints and progress lines are a :class:`RunRecorder` callback.
+    results files and checkpoints are a :class:`RunRecorder` callback, the progress display a
+    :class:`~bouquet.apps.progress.RunProgress` one.
     """
     cfg, run_dir, resumed = checked_start(run_config, explicit_keys(grid),
                                           run_id=flower_run_id(grid))
@@ -288,9 +327,10 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     try:
         strategy.start(grid=grid, num_rounds=rounds, timeout=cfg.common.round_timeout,
                        evaluate_fn=central_evaluation(task) if mode == "central" else None,
-                       first_round=recorder.last_round + 1, callbacks=[recorder])
+                       first_round=recorder.last_round + 1,
+                       callbacks=[recorder, RunProgress(rounds)])
     except NotEnoughNodes as exc:
-        stop_for_lack_of_nodes(recorder, strategy, cfg, run_dir, recorder.last_round + 1, exc)
+        stop_for_lack_of_nodes(recorder, strategy, run_dir, exc, deployment=is_deployment(grid))
         raise
     path = recorder.finish(strategy)
     say(f"summary: {path}")

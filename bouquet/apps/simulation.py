@@ -3,7 +3,8 @@
 - runtime dependency installation off (Flower would otherwise ``uv sync`` a CUDA torch);
 - a private, throwaway ``FLWR_HOME`` and ``RAY_TMPDIR``, telemetry and update checks off;
 - the local simulation SuperLink is started from a neutral folder (its cwd would shadow the app's
-  code) and stopped by PID afterwards, also on failure or Ctrl-C;
+  code) and stopped by PID afterwards, also on failure or Ctrl-C (:mod:`bouquet.apps.processes`,
+  psutil: Linux, macOS and Windows);
 - the app folder handed to ``flwr run`` is generated (:func:`bouquet.apps.fab.write_app`): a
   ``pyproject.toml`` and the ``bouquet_fab`` components, which run the installed ``bouquet`` after
   a version check, so the same command works from a checkout or a plain ``pip install``.
@@ -13,12 +14,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +25,13 @@ from typing import Any
 
 from bouquet.apps.config import name_run
 from bouquet.apps.fab import write_app
+from bouquet.apps.processes import live_pids, pids_mentioning, stop_pids
 from bouquet.apps.results import default_results_dir
+
+#: Process helpers (:mod:`bouquet.apps.processes`), imported from here by older callers.
+__all__ = ["flower_env", "flower_home", "free_port", "live_pids", "pids_mentioning",
+           "run_config_arg", "run_simulation", "run_simulation_bench", "stop_pids",
+           "toml_value"]
 
 
 def toml_value(v: Any) -> str:
@@ -65,57 +70,6 @@ def flower_env(home: Path) -> dict[str, str]:
     })
     env.setdefault("HF_HUB_OFFLINE", "1")
     return env
-
-
-def pids_mentioning(text: str) -> list[int]:
-    """PIDs of processes whose command line contains ``text`` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = (entry / "environ").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd or text in environ:
-            found.append(int(entry.name))
-    return found
-
-
-def stop_pids(pids: list[int], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds, every PID still alive."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    end = time.monotonic() + grace
-    while time.monotonic() < end and any(_alive(p) for p in pids):
-        time.sleep(0.2)
-    for pid in pids:
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def live_pids(pids: list[int]) -> list[int]:
-    """The PIDs that still run (zombies, which only wait to be reaped, are not counted)."""
-    return [p for p in pids if _alive(p)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from flwr.serverapp import Grid
 
 from bouquet.schema import CommonConfig
 from bouquet.strategies.node_errors import NodeErrors
+from bouquet.strategies.observers import announce
 from bouquet.strategies.round_log import RoundLog
 from bouquet.strategies.transport import send_and_collect
 from bouquet.wire import validation as v
@@ -76,10 +77,12 @@ class NodeDirectory:
         partition (no message is sent). ``discovery="query"``: new nodes are asked once for
         their ``partition-id`` and data size (a ``query`` message). ``discovery="sampled"``:
         ``{node_id: node_id}`` of every online node and no message: the caller samples node ids
-        and :meth:`introduce` asks only the sampled ones.
+        and :meth:`introduce` asks only the sampled ones. While it waits, each new count is
+        logged and told to the run's observers (``on_waiting``,
+        :mod:`bouquet.strategies.observers`).
         """
         deadline = time.monotonic() + common.sample_deadline
-        waited = False
+        shown = -1  # the count last announced while waiting
         while True:
             online = sorted(grid.get_node_ids())
             self.online = len(online)
@@ -103,9 +106,10 @@ class NodeDirectory:
                     f"{common.min_train_nodes}" + (f"; {why}" if why else ""),
                     self.node_errors.failures(unusable),
                 )
-            if not waited:
-                log.info("waiting for %d node(s) (have %d)", wanted, len(by_pid))
-                waited = True
+            if len(by_pid) != shown:
+                log.info("waiting for nodes: %d/%d online", len(by_pid), wanted)
+                announce("on_waiting", len(by_pid), wanted)
+                shown = len(by_pid)
             time.sleep(1.0)
 
     def introduce(self, grid: Grid, node_ids: list[int], *, method: str,

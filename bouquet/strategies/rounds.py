@@ -5,7 +5,8 @@ configure/aggregate evaluate, then the central ``evaluate_fn``. :func:`run_round
 steps in the same order and fills the same :class:`~flwr.serverapp.strategy.Result`, and adds
 what a bouquet run needs without a private loop: ``first_round`` (resume after a checkpoint)
 and ``callbacks`` called after each round with a :class:`RoundReport` (results files,
-checkpoints and progress lines are callbacks, see :mod:`bouquet.apps.runner`).
+checkpoints and progress lines are callbacks, see :mod:`bouquet.apps.runner`); a callback may
+also hear the start of each round and the wait for nodes (:mod:`bouquet.strategies.observers`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING
 from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
+
+from bouquet.strategies.observers import announce, observing
 
 if TYPE_CHECKING:
     from bouquet.strategies.base import BouquetStrategy
@@ -79,6 +82,15 @@ def run_rounds(strategy: BouquetStrategy, grid: Grid, initial_arrays: ArrayRecor
     """Rounds ``first_round..num_rounds`` as Flower's ``start()`` runs them; see the module."""
     train_config = ConfigRecord() if train_config is None else train_config
     evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+    with observing(callbacks):
+        return _run_rounds(strategy, grid, initial_arrays, num_rounds, timeout, train_config,
+                           evaluate_config, evaluate_fn, first_round, callbacks)
+
+
+def _run_rounds(strategy: BouquetStrategy, grid: Grid, initial_arrays: ArrayRecord | None,
+                num_rounds: int, timeout: float, train_config: ConfigRecord,
+                evaluate_config: ConfigRecord, evaluate_fn: EvaluateFn | None,
+                first_round: int, callbacks: Sequence[RoundCallback]) -> Result:
     strategy.ensure_model(initial_arrays)
     arrays = strategy.global_arrays() or initial_arrays or ArrayRecord()
     result = Result(arrays=arrays)
@@ -90,6 +102,7 @@ def run_rounds(strategy: BouquetStrategy, grid: Grid, initial_arrays: ArrayRecor
     for rnd in range(first_round, num_rounds + 1):
         t0 = time.monotonic()
         log.info("[ROUND %d/%d]", rnd, num_rounds)
+        announce("on_round_start", strategy, rnd, num_rounds)
         replies = grid.send_and_receive(
             strategy.configure_train(rnd, arrays, train_config, grid), timeout=timeout)
         new_arrays, train_metrics = strategy.aggregate_train(rnd, replies)
