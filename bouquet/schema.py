@@ -169,8 +169,9 @@ class CommonConfig:
         "auto", "how the runner finds nodes. sampled: a hello only to the nodes a round samples "
         "(start-up independent of the federation's size; sampling follows Flower's node ids, "
         "random in Ray simulation). query: a hello to every node before round 1 (same seed, "
-        "same partitions sampled in simulation; costs one message per node). auto: sampled, "
-        "or query for methods that select among every candidate (fedcg, the bandits)",
+        "same partitions sampled in simulation; costs one message per node). auto: query up to "
+        "1,000 online nodes at the start and for methods that select among every candidate "
+        "(fedcg, the bandits), sampled for larger federations",
         choices=("auto", "sampled", "query"))
     seed: int = key(0, "drives sampling, partitioning, initialisation and compressors", min=0)
     results_dir: str = key(

@@ -17,7 +17,7 @@ from bouquet.apps.config import resolve
 from bouquet.apps.local_grid import LocalGrid
 from bouquet.apps.runner import build_strategy, initial_arrays, load_server_task
 from bouquet.clients.discovery import answer_hello, is_hello
-from bouquet.strategies import FedAvg, FedCG, Scafcom
+from bouquet.strategies import FedAvg, FedCG, Scafcom, arguments
 from bouquet.tasks import partition as part
 from bouquet.wire.actions import HELLO_ACTION
 
@@ -29,9 +29,17 @@ def hellos(grid: LocalGrid) -> list[int]:
 
 def runner_strategy(grid: LocalGrid):  # type: ignore[no-untyped-def]
     cfg = resolve(grid.run_config)
-    return build_strategy(cfg, initial_arrays(cfg, load_server_task(cfg), grid))
+    return build_strategy(cfg, initial_arrays(cfg, load_server_task(cfg), grid),
+                          online_nodes=len(list(grid.get_node_ids())))
 
 
+@pytest.fixture
+def large_above(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Federations above 10 nodes count as large (auto discovery becomes "sampled")."""
+    monkeypatch.setattr(arguments, "AUTO_QUERY_MAX_NODES", 10)
+
+
+@pytest.mark.usefixtures("large_above")
 def test_runner_asks_only_the_sampled_nodes(tmp_path: Path) -> None:
     grid = LocalGrid(60, {"method": "fedavg", "results-dir": str(tmp_path), "local-steps": 1,
                           "fraction-train": 0.05, "run-name": "r"})
@@ -51,7 +59,7 @@ def test_runner_asks_only_the_sampled_nodes(tmp_path: Path) -> None:
 def test_sampled_discovery_keeps_the_declared_size_check(tmp_path: Path) -> None:
     """A node claiming more examples than its hello declared is still rejected."""
     grid = LocalGrid(6, {"method": "fedavg", "results-dir": str(tmp_path), "local-steps": 1,
-                         "run-name": "r"})
+                         "run-name": "r", "discovery": "sampled"})
 
     def inflate(content: RecordDict) -> RecordDict:
         content["metrics"]["num-examples"] = 10**6
@@ -77,6 +85,7 @@ def test_sampled_discovery_caps_an_inflated_declared_size() -> None:
     assert strategy.last_log["train"].clients == 5
 
 
+@pytest.mark.usefixtures("large_above")
 def test_a_failed_hello_is_replaced_by_another_node(tmp_path: Path) -> None:
     grid = LocalGrid(20, {"method": "fedavg", "results-dir": str(tmp_path), "local-steps": 1,
                           "fraction-train": 0.25, "run-name": "r"})
@@ -104,12 +113,28 @@ def test_the_discovery_key_chooses_the_runners_discovery(tmp_path: Path) -> None
     assert fedcg.federation.discovery == "query"  # auto: it selects among every candidate
 
 
+def test_auto_discovery_asks_every_node_of_a_small_federation_only() -> None:
+    """auto: a hello to every node up to AUTO_QUERY_MAX_NODES (reproducible sampling in Ray
+    simulation, whose node ids are random), only to the sampled ones above it."""
+    limit = arguments.AUTO_QUERY_MAX_NODES
+
+    def auto(online: int | None, selects: bool = False) -> str:
+        return arguments.resolve_discovery("auto", selects_by_partition=selects,
+                                           online_nodes=online)
+    assert auto(10) == auto(limit) == auto(None) == "query"
+    assert auto(limit + 1) == auto(30_000) == "sampled"
+    assert auto(30_000, selects=True) == "query"
+    assert arguments.resolve_discovery("sampled", selects_by_partition=False,
+                                       online_nodes=5) == "sampled"
+
+
 def test_selecting_strategies_keep_query_discovery() -> None:
     with pytest.raises(ValueError, match="discovery='query'"):
         FedCG(discovery="sampled")
     assert Scafcom(discovery="sampled").federation.discovery == "sampled"
 
 
+@pytest.mark.usefixtures("large_above")
 def test_sampled_runs_are_reproducible_on_stable_node_ids(tmp_path: Path) -> None:
     runs = []
     for tag in ("a", "b"):

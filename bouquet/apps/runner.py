@@ -179,14 +179,18 @@ def evaluation_mode(cfg: RunConfig, task: Any | None) -> str:
     return mode
 
 
-def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None, **options: Any) -> BouquetStrategy:
+def build_strategy(cfg: RunConfig, arrays: ArrayRecord | None, *, online_nodes: int | None = None,
+                   **options: Any) -> BouquetStrategy:
     """Build the method's strategy (a ``build_*(setup)`` factory, or a class's ``from_setup``).
+
+    ``online_nodes`` (the grid's node count at the start) decides what ``discovery = "auto"``
+    becomes (:func:`~bouquet.strategies.arguments.resolve_discovery`).
 
     ``options`` (keyword arguments of the strategy, such as ``fraction_evaluate``) are set on
     the built strategy's federation options.
     """
     setup = StrategySetup(common=cfg.common, sections=cfg.sections, method=cfg.method.name,
-                          task=cfg.task_name, initial_arrays=arrays)
+                          task=cfg.task_name, initial_arrays=arrays, online_nodes=online_nodes)
     factory = cfg.method.load_strategy_factory()
     if isinstance(factory, type) and issubclass(factory, BouquetStrategy):
         strategy: Any = factory.from_setup(setup)
@@ -310,6 +314,7 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     mode = evaluation_mode(cfg, task)
     meta = {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
     strategy = build_strategy(cfg, initial_arrays(cfg, task, grid) if holds_model(cfg) else None,
+                              online_nodes=len(list(grid.get_node_ids())),
                               fraction_evaluate=1.0 if mode == "federated" else 0.0)
     recorder = RunRecorder(run_dir, meta=meta, config_yaml=cfg.to_yaml(),
                            num_rounds=cfg.common.num_server_rounds,

@@ -183,6 +183,9 @@ class StrategySetup:
         Task name.
     initial_arrays : ArrayRecord or None
         The task's initial model, when the method has one.
+    online_nodes : int or None
+        How many nodes the grid listed when the run started (None: not known). It decides
+        what ``discovery = "auto"`` becomes (:func:`resolve_discovery`).
 
     """
 
@@ -191,3 +194,27 @@ class StrategySetup:
     method: str
     task: str
     initial_arrays: ArrayRecord | None = None
+    online_nodes: int | None = None
+
+
+#: Up to this many online nodes at the start, ``discovery = "auto"`` sends the hello to every node
+#: (``"query"``: same seed, same partitions sampled, also in Ray simulation whose node ids are
+#: random; about 40 ms per node on 2 cores, so at most ~40 s before round 1); above it only the
+#: nodes a round samples are asked (``"sampled"``: start-up independent of the federation's size).
+AUTO_QUERY_MAX_NODES = 1000
+
+
+def resolve_discovery(requested: str, *, selects_by_partition: bool,
+                      online_nodes: int | None) -> str:
+    """What the run config's ``discovery`` means for one strategy and federation.
+
+    ``"auto"`` is ``"query"`` for a strategy that selects among every candidate's partition
+    (FedCG, the bandits), for a federation of at most :data:`AUTO_QUERY_MAX_NODES` nodes when
+    it starts, and when that size is not known; it is ``"sampled"`` for a larger federation.
+    Any other value is returned as given.
+    """
+    if requested != "auto":
+        return requested
+    if selects_by_partition or online_nodes is None or online_nodes <= AUTO_QUERY_MAX_NODES:
+        return "query"
+    return "sampled"

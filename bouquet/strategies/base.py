@@ -43,6 +43,7 @@ from bouquet.strategies.arguments import (
     as_arguments,
     parameters_doc,
     parse,
+    resolve_discovery,
     signature,
 )
 from bouquet.strategies.directory import NodeDirectory, NotEnoughNodes
@@ -153,14 +154,16 @@ class BouquetStrategy(FlowerStrategyAPI):
 
         Nodes are found as the run config's ``discovery`` says; ``auto`` is ``"sampled"`` (a
         hello, which bouquet's ClientApp answers, only to the nodes a round samples: starting
-        costs the same for 100 or 30,000 nodes), or ``"query"`` for a strategy that
-        :attr:`selects_by_partition`; every online
+        costs the same for 100 or 30,000 nodes) for a federation of more than
+        :data:`~bouquet.strategies.arguments.AUTO_QUERY_MAX_NODES` nodes, else ``"query"``
+        (a hello to every node: reproducible sampling), and always ``"query"`` for a strategy
+        that :attr:`selects_by_partition` (:func:`resolve_discovery`); every online
         node evaluates (``fraction_evaluate=1``); ``options`` adds or overrides arguments.
         """
         kwargs = as_arguments(cls.arguments, setup.common, setup.sections)
-        discovery = setup.common.discovery
-        if discovery == "auto":
-            discovery = "query" if cls.selects_by_partition else "sampled"
+        discovery = resolve_discovery(setup.common.discovery,
+                                      selects_by_partition=cls.selects_by_partition,
+                                      online_nodes=setup.online_nodes)
         kwargs.update({"discovery": discovery, "fraction_evaluate": 1.0,
                        "min_available_nodes": setup.common.min_train_nodes})
         kwargs.update(options)
