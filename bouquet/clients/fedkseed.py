@@ -41,7 +41,7 @@ from bouquet.clients.local_training import (
     section_from,
 )
 from bouquet.clients.task_inputs import TaskBatches
-from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
+from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_steps
 from bouquet.strategies.fedkseed import FedKSeedConfig
 from bouquet.wire.fedkseed import PAIRS_RECORD, Downlink, candidate_seeds, pairs_record, read_down
 
@@ -159,20 +159,19 @@ def local_round(msg: Message, context: Context, key: tuple[Any, ...], source: Mo
     pid = node_index(context)
     rng = np.random.default_rng([seed, rnd, pid, 0x5EED])
     choices = seed_choices(down, cfg, rng)
-    stream = batch_stream(batches)
     model = rep.model
     model.eval()
+
+    def loss(batch: Any) -> float:
+        with torch.inference_mode():
+            return float(loss_fn(model, batch))
+
+    steps = zo_steps(rep.directions, (int(seeds[k]) for k in choices), batch_stream(batches),
+                     loss, eps=cfg.eps, lr=cfg.lr)
     index: list[int] = []
     grads: list[float] = []
     loss_sum = 0.0
-    for k in choices:
-        batch = next(stream)
-
-        def loss(batch: Any = batch) -> float:
-            with torch.inference_mode():
-                return float(loss_fn(model, batch))
-
-        step = zo_step(rep.directions, int(seeds[k]), loss, eps=cfg.eps, lr=cfg.lr)
+    for k, step in zip(choices, steps, strict=True):
         if step.applied:
             index.append(int(k))
             grads.append(step.grad)
