@@ -27,6 +27,7 @@ from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
+from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF
 from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 from bouquet.wire.actions import ACTION_KEY, INIT_ACTION
@@ -70,10 +71,6 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
     return cfg, env
 
 
-#: Node-config key of the folder that holds this node's saved state.
-STATE_DIR_KEY = "state-dir"
-#: Values of ``state-dir`` that turn persistence off.
-STATE_OFF = ("off", "none", "")
 
 
 def run_key(cfg: RunConfig, context: Context) -> str:

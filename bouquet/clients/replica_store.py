@@ -17,6 +17,7 @@ the new seeds holds bitwise the weights of a process that kept the replica in me
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import tempfile
@@ -60,12 +61,30 @@ def save(path: Path, key: tuple[Any, ...], applied: np.ndarray,
         raise
 
 
-def load(path: Path, key: tuple[Any, ...], params: Sequence[torch.Tensor],
-         num_seeds: int) -> np.ndarray | None:
-    """Copy a saved replica into ``params``; return its ``applied``, or None if unusable.
+@dataclasses.dataclass(frozen=True)
+class Saved:
+    """A replica read from disk (tensors memory-mapped)."""
 
-    Unusable: no file, another key, a torn or foreign file, or shapes that do not match
-    ``params`` / ``num_seeds``. ``params`` are left untouched then.
+    applied: np.ndarray
+    params: list[torch.Tensor]
+
+    def restore(self, params: Sequence[torch.Tensor]) -> bool:
+        """Copy the saved tensors into ``params``; False (nothing copied) if shapes differ."""
+        if len(self.params) != len(params) or any(
+                s.shape != p.shape or s.dtype != p.dtype
+                for s, p in zip(self.params, params, strict=True)):
+            return False
+        with torch.no_grad():
+            for p, s in zip(params, self.params, strict=True):
+                p.copy_(s)
+        return True
+
+
+def read(path: Path, key: tuple[Any, ...], num_seeds: int) -> Saved | None:
+    """The replica saved at ``path`` for ``key``, or None if there is none usable.
+
+    Unusable (a cache miss, never an error): no file, another key, a torn or foreign file, an
+    ``applied`` of another length or with non-finite values.
     """
     if not path.is_file():
         return None
@@ -76,16 +95,11 @@ def load(path: Path, key: tuple[Any, ...], params: Sequence[torch.Tensor],
     if not isinstance(payload, dict) or payload.get("key") != key_digest(key):
         return None
     saved, applied = payload.get("params"), payload.get("applied")
-    if (not isinstance(saved, list) or len(saved) != len(params)
+    if (not isinstance(saved, list) or not all(isinstance(t, torch.Tensor) for t in saved)
             or not isinstance(applied, torch.Tensor) or applied.shape != (num_seeds,)
-            or applied.dtype != torch.float64
-            or any(not isinstance(s, torch.Tensor) or s.shape != p.shape or s.dtype != p.dtype
-                   for s, p in zip(saved, params, strict=True))):
+            or applied.dtype != torch.float64):
         return None
     values = applied.numpy().copy()
     if not np.isfinite(values).all():
         return None
-    with torch.no_grad():
-        for p, s in zip(params, saved, strict=True):
-            p.copy_(s)
-    return values
+    return Saved(values, saved)
