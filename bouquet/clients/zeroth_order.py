@@ -29,7 +29,7 @@ eigenvalues lie within about ``1 +- 4 sqrt(BLOCK / POOL_SIZE)``). Each block is 
 partial random circulant matrix with random signs, a standard fast substitute for i.i.d. Gaussian
 projections (Krahmer, Mendelson, Rauhut, "Suprema of chaos processes and the restricted isometry
 property", CPAM 2014). The directions before issue 17 were i.i.d. normal draws of a per-tensor
-mt19937 generator; they cost 10-40x more per use (benchmarks/zo_speed.py).
+mt19937 generator; they cost 7-8x more per use (benchmarks/zo_speed.py).
 
 A step needs the model, the pool and the activations of an inference forward pass: no gradients,
 no optimizer state, no buffer the size of the model. Parameters must be fp32 ("master weights"):
