@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from bouquet.apps.config import ConfigError, resolve
@@ -379,8 +378,8 @@ def test_replay_with_another_generator_does_not_match(
     grid, strategy, captured = trained_models(tmp_path, rounds=2, nodes=1)
     env = env_for(grid)
     w0 = flat(env.task.initial_arrays(env.common.seed))
-    monkeypatch.setattr(zo, "tensor_generator",
-                        lambda seed, index: torch.Generator().manual_seed(int(seed) % 2**31))
+    keys = zo.block_keys  # other pool windows for the same seeds
+    monkeypatch.setattr(zo, "block_keys", lambda seed, n: keys(int(seed) % 2**31, n))
     fresh = rebuild(env, strategy.accumulator)
     sequential = captured[-1][0]
     assert np.abs(fresh - sequential).max() > 0.3 * np.abs(sequential - w0).max()
@@ -416,3 +415,80 @@ def test_a_client_round_decodes_its_downlink_once(tmp_path: Path,
     rlog = strategy.train_round(grid, 1)
     assert rlog.clients == 1 and rlog.errors == 0
     assert len(calls) == 1
+
+
+# ------------------------------------------------------------------ the replica on the node's disk
+def accumulators(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """An accumulator and the next round's: three seeds more, one changed (fp32 values)."""
+    rng = np.random.default_rng(3)
+    old = np.zeros(k)
+    old[:10] = rng.normal(size=10)
+    new = old.copy()
+    new[[4, 20, 21, 22]] += rng.normal(size=4)
+    return (old.astype(np.float32).astype(np.float64), new.astype(np.float32).astype(np.float64))
+
+
+def test_a_fresh_process_replays_only_the_new_seeds_from_the_disk_copy(tmp_path: Path) -> None:
+    grid, _ = setup(tmp_path, 1)
+    env = env_for(grid)
+    cfg = env.section("fedkseed")
+    old, new = accumulators(cfg.num_seeds)
+    store = tmp_path / "node" / "fedkseed-replica.pt"
+    rep, replayed = client.sync_task(env, cfg, old, store)
+    assert replayed == 10 and not store.exists()
+    client.remember(rep, store)
+    # the process that kept its replica in memory
+    _, in_memory = client.sync_task(env, cfg, new, store)
+    warm = flat(get_arrays(client.cached_replica().model))  # type: ignore[union-attr]
+    assert in_memory == 4
+    # a fresh process (empty in-memory cache): loads round r from disk, replays only the change
+    client.clear_cache()
+    rep, from_disk = client.sync_task(env, cfg, new, store)
+    assert from_disk == 4
+    np.testing.assert_array_equal(flat(get_arrays(rep.model)), warm)  # bitwise
+    # against a cold rebuild from w0: equal within fp32 round-off, as a warm replica always is
+    cold = rebuild(env, new)
+    w0 = flat(env.task.initial_arrays(env.common.seed))
+    assert np.abs(cold - warm).max() < 1e-3 * np.abs(cold - w0).max()
+
+
+@pytest.mark.parametrize("damage", ["other-key", "other-w0", "torn", "garbage", "applied-length"])
+def test_a_disk_copy_that_does_not_match_is_ignored(tmp_path: Path, damage: str) -> None:
+    grid, _ = setup(tmp_path, 1)
+    env = env_for(grid)
+    cfg = env.section("fedkseed")
+    old, new = accumulators(cfg.num_seeds)
+    store = tmp_path / "fedkseed-replica.pt"
+    rep, _ = client.sync_task(env, cfg, old, store)
+    if damage == "other-key":  # e.g. another lr: same file, another meaning of `applied`
+        client.replica_store.save(store, (*rep.key[:-1], 0.5, rep.origin), rep.applied,
+                                  rep.directions.params)
+    elif damage == "other-w0":
+        client.replica_store.save(store, (*rep.key, "another w0"), rep.applied,
+                                  rep.directions.params)
+    elif damage == "applied-length":
+        client.replica_store.save(store, rep.disk_key, rep.applied[:-1], rep.directions.params)
+    else:
+        client.remember(rep, store)
+        data = store.read_bytes()
+        store.write_bytes(data[: len(data) // 2] if damage == "torn" else b"not a replica")
+    client.clear_cache()
+    _, replayed = client.sync_task(env, cfg, new, store)
+    assert replayed == np.count_nonzero(new)  # rebuilt from w0, as without a copy
+
+
+def test_the_client_app_keeps_the_replica_under_state_dir(tmp_path: Path) -> None:
+    grid, strategy = setup(tmp_path, 1)
+    node = tmp_path / "node-state"
+    for ctx in grid.contexts.values():
+        ctx.node_config["state-dir"] = str(node)
+    assert strategy.train_round(grid, 1).clients == 1
+    saved = client.replica_store.read(node / client.replica_store.FILE_NAME,
+                                      client.cached_replica().disk_key,  # type: ignore[union-attr]
+                                      32)
+    assert saved is not None and np.count_nonzero(saved.applied) > 0
+    rep = client.cached_replica()
+    assert rep is not None and np.array_equal(saved.applied, rep.applied)
+    ctx = next(iter(grid.contexts.values()))
+    ctx.node_config["state-dir"] = "off"
+    assert client.replica_file(ctx) is None

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -29,10 +34,14 @@ def test_direction_depends_only_on_seed_and_layout() -> None:
     assert abs(float(z1.mean())) < 0.2 and 0.8 < float(z1.std()) < 1.2  # standard normal
 
 
-def test_scratch_is_one_tensor_not_the_model() -> None:
-    model = mlp()
+def test_no_buffer_the_size_of_the_model() -> None:
+    model = nn.Sequential(nn.Linear(400, 300), nn.Linear(300, 10))
     d = zo.Directions(zo.canonical_parameters(model))
-    assert d.scratch.numel() == max(p.numel() for p in model.parameters()) < d.numel
+    assert d.numel > zo.BLOCK  # several blocks
+    # the engine holds no tensor of its own; the one shared pool does not grow with the model
+    assert not [k for k, v in vars(d).items() if isinstance(v, torch.Tensor)]
+    d.add_(3, 1e-3)
+    assert zo.gaussian_pool().numel() == zo.POOL_SIZE + zo.BLOCK
 
 
 def test_low_precision_weights_are_refused() -> None:
@@ -96,7 +105,7 @@ def test_replay_of_accumulated_seeds_equals_sequential_steps() -> None:
     assert err < 1e-5 and err < 1e-3 * moved, (err, moved)
 
 
-@pytest.mark.parametrize("change", ["generator", "dtype"])
+@pytest.mark.parametrize("change", ["hash", "pool"])
 def test_replay_breaks_when_directions_are_drawn_differently(
     change: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -106,21 +115,115 @@ def test_replay_breaks_when_directions_are_drawn_differently(
     w0 = flat(sequential)
     acc = run_steps(sequential, seeds, picks, lr=1e-2)
 
-    if change == "generator":  # another stream for the same seed (as a CUDA generator would be)
-        monkeypatch.setattr(zo, "tensor_generator",
-                            lambda seed, index: torch.Generator().manual_seed(int(seed) % 2**31
-                                                                              + index))
-    else:  # drawn in float64, then cast
-        def draw64(self: zo.Directions, seed: int, index: int) -> torch.Tensor:
-            p = self.params[index]
-            z = torch.empty(p.shape, dtype=torch.float64)
-            z.normal_(generator=zo.tensor_generator(seed, index))
-            out = self.scratch[: p.numel()].view(p.shape)
-            out.copy_(z)
-            return out
-
-        monkeypatch.setattr(zo.Directions, "draw", draw64)
+    if change == "hash":  # other pool windows for the same seed (another counter hash)
+        keys = zo.block_keys
+        monkeypatch.setattr(zo, "block_keys", lambda seed, n: keys(seed + 1, n))
+    else:  # another pool (e.g. drawn with torch's own normal generator)
+        other = torch.randn(zo.POOL_SIZE + zo.BLOCK, generator=torch.Generator().manual_seed(0))
+        monkeypatch.setattr(zo, "pool_on", lambda device: other)
     zo.replay(zo.Directions(zo.canonical_parameters(replayed)), seeds, acc, lr=1e-2)
     moved = float((flat(sequential) - w0).abs().max())
     err = float((flat(sequential) - flat(replayed)).abs().max())
     assert err > 0.3 * moved, (err, moved)
+
+
+# ------------------------------------------------------------------ the pool and its windows
+#: sha256 of the pool's bytes: the pool is part of every direction's definition (wire format).
+POOL_SHA256 = "0c535a9ab63d322131c49e86f4ba6ce0481ffe3308e7f626437a9c2c82f92bc5"
+
+
+def test_pool_is_pinned_and_standardised() -> None:
+    pool = zo.gaussian_pool()
+    assert pool.dtype == torch.float32 and pool.numel() == zo.POOL_SIZE + zo.BLOCK
+    body = pool[: zo.POOL_SIZE].double()
+    assert torch.equal(pool[zo.POOL_SIZE:], pool[: zo.BLOCK])  # cyclic windows
+    assert abs(float(body.mean())) < 2e-3 and abs(float(body.var()) - 1.0) < 3e-3
+    assert abs(float((body**4).mean()) - 2.9) < 0.02  # Irwin-Hall(12): kurtosis 3 - 6/60
+    assert float(body.abs().max()) <= 6.0
+    assert hashlib.sha256(pool.numpy().tobytes()).hexdigest() == POOL_SHA256
+
+
+def test_direction_is_a_function_of_the_flat_index() -> None:
+    """Any split of the same flat vector into tensors gets the same direction."""
+    n = 2 * zo.BLOCK + 123
+    whole = zo.Directions([torch.zeros(n)]).vector(9)
+    parts = [torch.zeros(zo.BLOCK - 7), torch.zeros(50), torch.zeros(n - zo.BLOCK - 43)]
+    zo.Directions(parts).add_(9, 1.0)
+    assert torch.equal(torch.cat(parts), whole)
+    # blocks are distinct windows with their own signs
+    a, b = whole[: zo.BLOCK], whole[zo.BLOCK: 2 * zo.BLOCK]
+    assert not torch.equal(a, b) and not torch.equal(a, -b)
+
+
+def test_directions_are_isotropic_over_seeds() -> None:
+    """``E[(z . v)^2] = |v|^2`` and ``E[z . z'] = 0``: the SPSA estimator stays unbiased."""
+    n = 3 * zo.BLOCK
+    d = zo.Directions([torch.zeros(n)])
+    zs = torch.stack([d.vector(s) for s in range(300)]).double()
+    gen = torch.Generator().manual_seed(1)
+    for v in (torch.randn(n, generator=gen, dtype=torch.float64),
+              torch.ones(n, dtype=torch.float64),  # a smooth direction (low frequency)
+              torch.cos(torch.arange(n, dtype=torch.float64) * 0.5)):
+        ratio = float(((zs @ v) ** 2).mean() / (v @ v))
+        assert 0.8 < ratio < 1.2, ratio
+    cross = (zs[:150] * zs[150:]).sum(1) / n  # ~ N(0, 1/n) each
+    assert float(cross.abs().max()) < 5 / n**0.5
+
+
+def test_direction_is_identical_in_another_process() -> None:
+    code = ("import hashlib; from bouquet.clients import zeroth_order as zo; import torch; "
+            "d = zo.Directions([torch.zeros(70_000)]); "
+            "print(hashlib.sha256(d.vector(2**61 + 5).numpy().tobytes()).hexdigest())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONHASHSEED": "123"})
+    mine = zo.Directions([torch.zeros(70_000)]).vector(2**61 + 5)
+    assert out.stdout.strip() == hashlib.sha256(mine.numpy().tobytes()).hexdigest()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_direction_is_identical_on_the_gpu() -> None:
+    cpu = torch.zeros(70_000)
+    gpu = torch.zeros(70_000, device="cuda")
+    zo.Directions([cpu]).add_(11, 1.0)
+    zo.Directions([gpu]).add_(11, 1.0)
+    assert torch.equal(cpu, gpu.cpu())
+
+
+def wide(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(180, 200), nn.Tanh(), nn.Linear(200, 3))  # > one block
+
+
+def test_fused_steps_are_bitwise_the_step_by_step_loop() -> None:
+    torch.manual_seed(2)
+    batches = [(torch.randn(8, 180), torch.randn(8, 3)) for _ in range(7)]
+    seeds = [5, 9, 5, 2**40, 17, 3, 9]
+    a, b = wide(), wide()
+
+    def loss_of(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], t: int) -> float:
+        if t == 3:
+            return float("nan")  # one skipped step in the middle
+        with torch.inference_mode():
+            return float(nn.functional.mse_loss(model(batch[0]), batch[1]))
+
+    da = zo.Directions(zo.canonical_parameters(a))
+    one_by_one = [zo.zo_step(da, s, lambda m=a, x=x, t=t: loss_of(m, x, t), eps=1e-3, lr=1e-2)
+                  for t, (s, x) in enumerate(zip(seeds, batches, strict=True))]
+    counter = iter(i // 2 for i in range(2 * len(seeds)))  # two losses per step
+    fused = zo.zo_steps(zo.Directions(zo.canonical_parameters(b)), seeds, iter(batches),
+                        lambda x: loss_of(b, x, next(counter)), eps=1e-3, lr=1e-2)
+    assert [r.applied for r in fused] == [t != 3 for t in range(len(seeds))]
+    assert fused[:3] + fused[4:] == one_by_one[:3] + one_by_one[4:]  # nan != nan at step 3
+    assert torch.equal(flat(a), flat(b))
+
+
+def test_grouped_replay_is_bitwise_one_direction_after_another() -> None:
+    a, b = wide(), wide()
+    moves = [(int(s), float(c)) for s, c in
+             zip(range(100, 100 + zo.GROUP + 9), np.linspace(-1e-2, 1e-2, zo.GROUP + 9),
+                 strict=True)]
+    da = zo.Directions(zo.canonical_parameters(a))
+    for seed, scale in moves:
+        da.add_(seed, scale)
+    zo.Directions(zo.canonical_parameters(b)).add_many_(moves)
+    assert torch.equal(flat(a), flat(b))

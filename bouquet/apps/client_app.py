@@ -27,6 +27,7 @@ from bouquet.apps.registry import get_task
 from bouquet.apps.results import CLIENT_STATE_DIR, default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
+from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF
 from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 from bouquet.wire.actions import ACTION_KEY, INIT_ACTION
@@ -70,10 +71,6 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
     return cfg, env
 
 
-#: Node-config key of the folder that holds this node's saved state.
-STATE_DIR_KEY = "state-dir"
-#: Values of ``state-dir`` that turn persistence off.
-STATE_OFF = ("off", "none", "")
 #: Node-config key: ``fsync`` (every saved version flushed to the disk before the reply leaves)
 #: or ``cache`` (written atomically into the page cache; survives a killed node process). Default:
 #: ``fsync`` with an explicit ``state-dir`` (a SuperNode's own disk), ``cache`` in the run folder,

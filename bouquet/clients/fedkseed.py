@@ -13,7 +13,9 @@ replays the seeds whose coefficient changed. Every move of the model -- replays 
 is a move along one seed's direction, so ``applied`` always describes the model exactly up to fp32
 round-off. When replaying the difference would regenerate at least as many directions as a rebuild
 from ``w0`` (always the case for ``A = 0``, i.e. round 1 of a run), the model is reset to ``w0``
-and replayed from there; a process that never held the model does the same. Consequence for
+and replayed from there; a process that never held the model does the same, unless the node
+keeps a copy on its disk (node config ``state-dir``: :mod:`bouquet.clients.replica_store`, saved
+after every train message), which it loads and brings up to date instead. Consequence for
 reproducibility: a run is bitwise reproducible when every process serves its nodes in the same
 order (the in-process engine); with another schedule the weights agree within fp32 round-off.
 """
@@ -23,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +35,7 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
+from bouquet.clients import replica_store
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.local_training import (
     batch_stream,
@@ -40,8 +44,9 @@ from bouquet.clients.local_training import (
     reply,
     section_from,
 )
+from bouquet.clients.node_folder import node_folder
 from bouquet.clients.task_inputs import TaskBatches
-from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_step
+from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_steps
 from bouquet.strategies.fedkseed import FedKSeedConfig
 from bouquet.wire.fedkseed import PAIRS_RECORD, Downlink, candidate_seeds, pairs_record, read_down
 
@@ -62,6 +67,8 @@ class Replica:
         Its perturbation engine (holds the one scratch buffer).
     applied : np.ndarray
         float64 ``(K,)``: the model is ``w0 - lr * sum_k applied[k] z(s_k)``.
+    origin : str
+        :func:`origin_fingerprint` of ``w0`` (part of the key of the copy on disk).
 
     """
 
@@ -69,6 +76,12 @@ class Replica:
     model: nn.Module
     directions: Directions
     applied: np.ndarray
+    origin: str
+
+    @property
+    def disk_key(self) -> tuple[Any, ...]:
+        """Identity of the saved copy: the key and the fingerprint of ``w0``."""
+        return (*self.key, self.origin)
 
 
 #: The process's one replica (a cache: losing it only costs a rebuild from w0).
@@ -115,28 +128,72 @@ def _build(source: ModelSource) -> nn.Module:
     return source if isinstance(source, nn.Module) else source()
 
 
-def sync(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig, target: np.ndarray
-         ) -> tuple[Replica, int]:
+def _needs_rebuild(applied: np.ndarray, target: np.ndarray) -> bool:
+    """Replaying ``target - applied`` would touch at least as many seeds as ``target`` itself."""
+    return bool(0 < np.count_nonzero(target - applied) >= np.count_nonzero(target))
+
+
+def origin_fingerprint(params: Sequence[torch.Tensor]) -> str:
+    """A cheap digest of ``w0``: shapes and every 4096th value of each trainable tensor."""
+    h = hashlib.sha256()
+    for p in params:
+        h.update(str(tuple(p.shape)).encode())
+        h.update(p.detach().reshape(-1)[::4096].cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _fresh(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig) -> Replica:
+    model = _build(source)
+    model.eval()
+    params = canonical_parameters(model)
+    return Replica(key, model, Directions(params), np.zeros(cfg.num_seeds, dtype=np.float64),
+                   origin_fingerprint(params))
+
+
+def _restore(rep: Replica, store: Path, cfg: FedKSeedConfig, target: np.ndarray) -> None:
+    """Load the replica saved in ``store`` into the fresh ``rep`` when it matches and helps."""
+    saved = replica_store.read(store, rep.disk_key, cfg.num_seeds)
+    if saved is not None and not _needs_rebuild(saved.applied, target) \
+            and saved.restore(rep.directions.params):
+        rep.applied = saved.applied
+
+
+def sync(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig, target: np.ndarray,
+         store: Path | None = None) -> tuple[Replica, int]:
     """Bring the cached replica to the accumulator ``target``; return it and the replay count.
 
     ``source`` holds (or builds) ``w0``; ``key`` is its identity. Replays only the seeds whose
     coefficient changed, or rebuilds from ``w0`` when that is not more work (see the module
-    docstring).
+    docstring). A process without a replica in memory first looks for one saved in ``store``
+    (:mod:`bouquet.clients.replica_store`; see :func:`remember`).
     """
     rep = _CACHE.get("replica")
     if rep is not None and rep.key != key:
         rep = None
         _CACHE.clear()
-    if rep is None or 0 < np.count_nonzero(target - rep.applied) >= np.count_nonzero(target):
-        model = _build(source)
-        model.eval()
-        rep = Replica(key, model, Directions(canonical_parameters(model)),
-                      np.zeros(cfg.num_seeds, dtype=np.float64))
-        _CACHE["replica"] = rep
+    if rep is None:
+        rep = _fresh(key, source, cfg)
+        if store is not None:
+            _restore(rep, store, cfg, target)
+    elif _needs_rebuild(rep.applied, target):
+        rep = _fresh(key, source, cfg)
+    _CACHE["replica"] = rep
     seeds = _seeds(cfg.master_seed, cfg.num_seeds)
     replayed = replay(rep.directions, seeds, target - rep.applied, cfg.lr)
     rep.applied = target.copy()
     return rep, replayed
+
+
+def remember(rep: Replica, store: Path | None) -> None:
+    """Save the replica to ``store`` (atomically) so that the node's next process starts from it."""
+    if store is not None:
+        replica_store.save(store, rep.disk_key, rep.applied, rep.directions.params)
+
+
+def replica_file(context: Context) -> Path | None:
+    """Where this node keeps its replica: ``<state-dir>/fedkseed-replica.pt`` (None: nowhere)."""
+    folder = node_folder(context)
+    return None if folder is None else folder / replica_store.FILE_NAME
 
 
 def seed_choices(down: Downlink, cfg: FedKSeedConfig, rng: np.random.Generator) -> np.ndarray:
@@ -154,30 +211,31 @@ def local_round(msg: Message, context: Context, key: tuple[Any, ...], source: Mo
     rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
     n = examples_in(batches, num_examples)
     down = read_down(msg.content, cfg.num_seeds)  # decoded once, passed on
-    rep, replayed = sync(key, source, cfg, down.accumulator)
+    store = replica_file(context)
+    rep, replayed = sync(key, source, cfg, down.accumulator, store)
     seeds = _seeds(cfg.master_seed, cfg.num_seeds)
     pid = node_index(context)
     rng = np.random.default_rng([seed, rnd, pid, 0x5EED])
     choices = seed_choices(down, cfg, rng)
-    stream = batch_stream(batches)
     model = rep.model
     model.eval()
+
+    def loss(batch: Any) -> float:
+        with torch.inference_mode():
+            return float(loss_fn(model, batch))
+
+    steps = zo_steps(rep.directions, (int(seeds[k]) for k in choices), batch_stream(batches),
+                     loss, eps=cfg.eps, lr=cfg.lr)
     index: list[int] = []
     grads: list[float] = []
     loss_sum = 0.0
-    for k in choices:
-        batch = next(stream)
-
-        def loss(batch: Any = batch) -> float:
-            with torch.inference_mode():
-                return float(loss_fn(model, batch))
-
-        step = zo_step(rep.directions, int(seeds[k]), loss, eps=cfg.eps, lr=cfg.lr)
+    for k, step in zip(choices, steps, strict=True):
         if step.applied:
             index.append(int(k))
             grads.append(step.grad)
             rep.applied[k] += step.grad
             loss_sum += 0.5 * (step.loss_plus + step.loss_minus)
+    remember(rep, store)
     log.debug("fedkseed round %d node %d: %d directions replayed, %d/%d steps applied",
               rnd, pid, replayed, len(index), len(choices))
     metrics = MetricRecord({"num-examples": n, "loss": loss_sum / max(len(index), 1)})
@@ -256,9 +314,10 @@ def task_source(env: ClientEnv) -> Callable[[], nn.Module]:
     return lambda: task.model_from(initial_weights(env))  # type: ignore[no-any-return]
 
 
-def sync_task(env: ClientEnv, cfg: FedKSeedConfig, target: np.ndarray) -> tuple[Replica, int]:
+def sync_task(env: ClientEnv, cfg: FedKSeedConfig, target: np.ndarray,
+              store: Path | None = None) -> tuple[Replica, int]:
     """:func:`sync` for the catalogue task's model."""
-    return sync(replica_key(env, cfg), task_source(env), cfg, target)
+    return sync(replica_key(env, cfg), task_source(env), cfg, target, store)
 
 
 class FedKSeedClient(ClientProcedure):
@@ -276,7 +335,11 @@ class FedKSeedClient(ClientProcedure):
     def evaluate(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """Rebuild the global model from ``A`` and evaluate it on this node's test share."""
         cfg: FedKSeedConfig = env.section("fedkseed")
-        rep, _ = sync_task(env, cfg, read_down(msg.content, cfg.num_seeds).accumulator)
+        store = replica_file(context)
+        rep, replayed = sync_task(env, cfg, read_down(msg.content, cfg.num_seeds).accumulator,
+                                  store)
+        if replayed:
+            remember(rep, store)
         local = env.local_data()
         metrics = env.evaluated().evaluate_model(rep.model, local.x_test, local.y_test)
         metrics["num-examples"] = int(local.y_test.shape[0])

@@ -8,7 +8,7 @@ Every node holds the same pre-trained weights ``w0`` and derives the same K cand
 
     w = w0 - lr * sum_k A[k] * z(s_k)
 
-where ``z(s)`` is the Gaussian direction regenerated from seed ``s`` (bouquet.clients.zeroth_order).
+where ``z(s)`` is the direction addressed by seed ``s`` (bouquet.clients.zeroth_order).
 A round: the server sends ``A`` (K fp32 values; FedKSeed-Pro adds K seed probabilities); each client
 rebuilds ``w``, runs ``local-steps`` two-point zeroth-order steps, each along one candidate seed,
 and returns its (seed index int32, scalar gradient fp32) pairs; the server adds the pairs into
