@@ -73,6 +73,19 @@ def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
                for k, v in state.items())
 
 
+def test_a_checkpoint_from_another_direction_generator_is_not_resumed(tmp_path: Path) -> None:
+    """The same seeds give other directions under another generator: A would mean nothing."""
+    _, strategy = setup(tmp_path, 2)
+    state = strategy.state_dict()
+    assert state["direction_generator"] == wk.DIRECTION_GENERATOR
+    strategy.load_state_dict(state)  # its own checkpoint resumes
+    old = {k: v for k, v in state.items() if k != "direction_generator"}  # before issue 17
+    with pytest.raises(ValueError, match="mt19937"):
+        strategy.load_state_dict(old)
+    with pytest.raises(ValueError, match="start a new run"):
+        strategy.load_state_dict({**state, "direction_generator": "another"})
+
+
 # ---------------------------------------------------------------------------- codec
 def test_pairs_codec_round_trips_little_endian() -> None:
     idx = np.array([0, 5, 4095, 5], dtype=np.int64)

@@ -35,6 +35,7 @@ from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.round_log import NodeReply, train_metrics
 from bouquet.wire import validation as v
 from bouquet.wire.fedkseed import (
+    DIRECTION_GENERATOR,
     DOWN_RECORD,
     PAIR_DTYPE,
     PAIRS,
@@ -171,14 +172,28 @@ class FedKSeed(BouquetStrategy):
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Return the base state, ``A`` and (Pro) the per-seed statistics."""
-        state = {**super().state_dict(), "accumulator": self.accumulator.copy()}
+        state = {**super().state_dict(), "accumulator": self.accumulator.copy(),
+                 "direction_generator": DIRECTION_GENERATOR}
         if self.pro:
             state["abs_sum"] = self.abs_sum.copy()
             state["count"] = self.count.copy()
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`, checking the number of seeds."""
+        """Restore :meth:`state_dict`, checking the number of seeds and the direction generator.
+
+        Raises
+        ------
+        ValueError
+            When the checkpoint's accumulator was built with another direction generator
+            (a checkpoint without the entry predates issue 17's generator), or has another K.
+
+        """
+        made_with = str(state.get("direction_generator", "per-tensor mt19937 (before issue 17)"))
+        if made_with != DIRECTION_GENERATOR:
+            raise ValueError(f"checkpoint's seeds were replayed with the direction generator "
+                             f"{made_with!r}; this version uses {DIRECTION_GENERATOR!r}, which "
+                             "turns the same seeds into other directions: start a new run")
         super().load_state_dict(state)
         k = self.cfg.num_seeds
         acc = np.asarray(state["accumulator"], dtype=np.float64)

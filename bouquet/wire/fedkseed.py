@@ -34,6 +34,11 @@ PAIRS = "pairs"
 PAIR_DTYPE = np.dtype([("seed_index", "<i4"), ("grad", "<f4")])
 #: One downlink value: a little-endian float32.
 FLOAT_DTYPE = np.dtype("<f4")
+#: Which direction generator turns a seed into ``z(s)`` (:mod:`bouquet.clients.zeroth_order`):
+#: windows of one fixed pool picked by a counter hash, since issue 17. The accumulator ``A`` only
+#: means something with the generator that made it, so a server checkpoint records this name and
+#: a run made with another generator (the per-tensor mt19937 draws before) is not resumed.
+DIRECTION_GENERATOR = "pool22-sfc64-splitmix64-block32768"
 
 
 def candidate_seeds(master_seed: int, num_seeds: int) -> np.ndarray:
