@@ -124,7 +124,10 @@ def _eps(summaries: Mapping[str, Any]) -> dict[str, float]:
     return {g: float(np.mean(v)) for g, v in vals.items()}
 
 
-def _mark(ok: bool) -> str:
+def _mark(ok: bool, *values: float) -> str:
+    """The verdict text; "not measured" when a value it rests on is missing (an arm not run)."""
+    if not all(np.isfinite(v) for v in values):
+        return "not measured"
     return "holds" if ok else "**does not hold**"
 
 
@@ -218,7 +221,7 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
         check(f"{base} < LDP(5) < LDP(1) < LDP(0.2) (M = 10)", ok,
               " < ".join(f"{g} {v:.3g}" for g, v in zip(chain, vals, strict=True)), *vals)
         lines.append("- " + " < ".join(f"{g} {v:.3g}" for g, v in zip(chain, vals, strict=True))
-                     + f" — {_mark(ok)}.")
+                     + f" — {_mark(ok, *vals)}.")
     clip_cost = f(_label("npc", m)) - f(_label("np", m))
     lines.append(f"- clipping alone (npc − np at M = {m}): {clip_cost:+.3g}; the privacy cost of "
                  "LDP(1) is "
@@ -242,7 +245,7 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
         ldp, amp = f(gl), f(ga)
         vec = f(_label("vecsum", m, e, d)) if d == 0.1 else float("nan")
         vec_cell = f"{vec:.3g}" if d == 0.1 else "—"
-        vec_ok = _mark(vec < ldp) if d == 0.1 else "—"
+        vec_ok = _mark(vec < ldp, vec, ldp) if d == 0.1 else "—"
         check(f"SDP-Amp below LDP at equal true epsilon ({e:g}, delta {d:g}; M = 10)", amp < ldp,
               f"SDP-Amp {amp:.3g} vs LDP {ldp:.3g}", amp, ldp)
         if d == 0.1:
@@ -251,7 +254,7 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
                   f"SDP-VecSum {vec:.3g} vs LDP {ldp:.3g}", vec, ldp)
         lines.append(f"| {e:g}, {d:g} | {ldp:.3g} ({spent.get(gl, float('nan')):.3g}) | "
                      f"{amp:.3g} ({spent.get(ga, float('nan')):.3g}) | {vec_cell} | "
-                     f"{_mark(amp < ldp)} | {vec_ok} |")
+                     f"{_mark(amp < ldp, amp, ldp)} | {vec_ok} |")
     lines.append("")
 
     # 4. gap widens with M
@@ -278,7 +281,7 @@ def report(summaries: Mapping[str, Any], out_dir: Path) -> str:
         widening = all(b > a for a, b in zip(gap, gap[1:], strict=False))
         check(f"the gap LDP − {name} increases with M (epsilon = 1)", widening,
               f"{', '.join(f'{x:.3g}' for x in gap)} for M = {', '.join(map(str, ms))}", *gap)
-        lines.append(f"- gap LDP − {name} increases with M: {_mark(widening)} "
+        lines.append(f"- gap LDP − {name} increases with M: {_mark(widening, *gap)} "
                      f"({', '.join(f'{x:.3g}' for x in gap)} for M = {', '.join(map(str, ms))}).")
     lines.append("")
 

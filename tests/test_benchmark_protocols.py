@@ -57,3 +57,12 @@ def test_bandits_suite_runs_the_non_private_arm_clipped_like_the_private_ones() 
         else:
             assert r.config["dp-linucb.reward-bound"] == suite.REWARD_BOUND
     assert all({"np", "npc"} <= kinds for kinds in by_m.values())
+
+
+def test_bandits_report_says_not_measured_for_arms_not_run() -> None:
+    """An arm left out (``--only``) is "not measured", never a failed prediction."""
+    suite = load_suite("bandits")
+    nan = float("nan")
+    assert suite._mark(nan < 1.0, nan, 1.0) == "not measured"
+    assert suite._mark(0.5 < 1.0, 0.5, 1.0) == "holds"
+    assert suite._mark(2.0 < 1.0, 2.0, 1.0) == "**does not hold**"
