@@ -449,3 +449,88 @@ def test_torch_helpers_have_one_home() -> None:
 
     for name in ("get_arrays", "set_arrays", "generator"):
         assert getattr(classification, name) is getattr(torch_utils, name)
+
+
+def _rebuilt_from_pristine_w0(accumulator: np.ndarray, num_seeds: int, lr: float
+                              ) -> dict[str, np.ndarray]:
+    """The reference: a pristine ``w0`` with every coefficient of ``accumulator`` replayed."""
+    from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay
+    from bouquet.wire.fedkseed import candidate_seeds
+
+    model = user_model()
+    replay(Directions(canonical_parameters(model)), candidate_seeds(42, num_seeds), accumulator,
+           lr)
+    return get_arrays(model)
+
+
+def _max_gap(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+@pytest.mark.parametrize("model_key", [None, "users-two-layer"])
+def test_fedkseed_one_module_passed_every_round_is_rebuilt_from_its_w0(
+        model_key: str | None, tmp_path: Path) -> None:
+    """A user's ClientApp passing the SAME module object to ``train`` / ``global_model``.
+
+    After every message the node's model must be ``w0 - lr sum_k A[k] z(s_k)`` for the
+    coefficients it holds (the server's accumulator semantics), whatever it did before, and the
+    cache key must not follow the module's moving weights.
+    """
+    from bouquet.clients import fedkseed
+    from bouquet.wire.fedkseed import read_down
+
+    fedkseed.clear_cache()
+    options = {"num_seeds": 16, "local_steps": 5, "lr": 1e-2, "eps": 1e-3}
+    strategy = strategy_for("fedkseed", tmp_path, user_model(), **{
+        "fedkseed.num-seeds": 16, "fedkseed.local-steps": 5, "fedkseed.lr": 1e-2})
+    context = node_context()
+    net = user_model()  # built once, as a ClientApp module-level model would be
+
+    def forward_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        return float(user_loss(model, batch))
+
+    contexts = [node_context(0), node_context(1)]  # two nodes served by one process
+    keys, gaps = set(), []
+    for rnd in (1, 2, 3):
+        replies = []
+        for pid, context in enumerate(contexts):
+            reply = fedkseed.train(instruction(strategy, rnd, pid), context, net, user_batches(),
+                                   forward_loss, model_key=model_key, **options)
+            rep = fedkseed.cached_replica()
+            assert rep is not None
+            keys.add(rep.key)
+            reference = _rebuilt_from_pristine_w0(rep.applied, 16, 1e-2)
+            gaps.append(_max_gap(get_arrays(rep.model), reference))
+            parsed = strategy.admit_train_reply(rnd, pid, reply.content)
+            replies.append(NodeReply(100 + pid, pid, reply.content, 1, 1, parsed.value))
+        strategy.aggregate_round(rnd, replies)
+        msg = instruction(strategy, rnd + 1)  # the evaluation between rounds
+        glob = fedkseed.global_model(msg, net, model_key=model_key, **options)
+        keys.add(fedkseed.cached_replica().key)  # type: ignore[union-attr]
+        accumulator = read_down(msg.content, 16).accumulator
+        gaps.append(_max_gap(get_arrays(glob), _rebuilt_from_pristine_w0(accumulator, 16, 1e-2)))
+    moved = _max_gap(get_arrays(glob), get_arrays(user_model()))
+    assert moved > 1e-3
+    assert max(gaps) < 1e-5, (gaps, moved)
+    assert len(keys) == 1, keys
+
+
+def test_fedkseed_factory_handing_back_the_moved_module_is_refused(tmp_path: Path) -> None:
+    """A factory must build ``w0`` afresh: one returning the cached (moved) module is an error."""
+    from bouquet.clients import fedkseed
+
+    fedkseed.clear_cache()
+    options = {"num_seeds": 16, "local_steps": 5, "lr": 1e-2, "eps": 1e-3}
+    strategy = strategy_for("fedkseed", tmp_path, user_model(), **{
+        "fedkseed.num-seeds": 16, "fedkseed.local-steps": 5, "fedkseed.lr": 1e-2})
+    net = user_model()
+
+    def forward_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        return float(user_loss(model, batch))
+
+    fedkseed.train(instruction(strategy, 1, 0), node_context(0), lambda: net, user_batches(),
+                   forward_loss, model_key="net", **options)
+    # node 1 of round 1 (A = 0) rebuilds from w0: the factory hands back the moved module
+    with pytest.raises(ValueError, match="build w0 afresh"):
+        fedkseed.train(instruction(strategy, 1, 1), node_context(1), lambda: net,
+                       user_batches(), forward_loss, model_key="net", **options)

@@ -18,6 +18,11 @@ keeps a copy on its disk (node config ``state-dir``: :mod:`bouquet.clients.repli
 after every train message), which it loads and brings up to date instead. Consequence for
 reproducibility: a run is bitwise reproducible when every process serves its nodes in the same
 order (the in-process engine); with another schedule the weights agree within fp32 round-off.
+
+A user's module passed as ``model`` (:func:`train`, :func:`global_model`) is the model the cache
+moves: the first time a module object is seen in the process its state is recorded as ``w0``
+(:mod:`bouquet.clients.model_origin`), and every rebuild resets the module to that state, so a
+``@app.train()`` passing the same module on every message still rebuilds from ``w0``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from torch import nn
 
-from bouquet.clients import replica_store
+from bouquet.clients import model_origin, replica_store
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.local_training import (
     batch_stream,
@@ -103,7 +108,8 @@ def _seeds(master_seed: int, num_seeds: int) -> np.ndarray:
     return candidate_seeds(master_seed, num_seeds)
 
 
-#: What builds ``w0``: the model itself, or a zero-argument function called only when needed.
+#: What builds ``w0``: the model itself (recorded as ``w0`` when first seen), or a zero-argument
+#: function called only when needed that builds ``w0`` afresh on every call.
 ModelSource = nn.Module | Callable[[], nn.Module]
 #: ``loss_fn(model, batch)`` -> loss of the batch, forward only (no gradients are taken).
 ForwardLoss = Callable[[nn.Module, Any], "float | torch.Tensor"]
@@ -114,18 +120,20 @@ def replica_key(env: ClientEnv, cfg: FedKSeedConfig) -> tuple[Any, ...]:
     return (env.task.name, env.common.seed, cfg.master_seed, cfg.num_seeds, cfg.lr)
 
 
-def weights_fingerprint(model: nn.Module) -> str:
-    """A digest of every tensor of ``model`` (names, shapes and values): the identity of ``w0``."""
-    h = hashlib.sha256()
-    for name, t in model.state_dict().items():
-        h.update(name.encode())
-        h.update(str(tuple(t.shape)).encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
+def _build(source: ModelSource, previous: nn.Module | None) -> nn.Module:
+    """``w0``: the user's module reset to its first-seen state, or the factory's fresh build.
 
-
-def _build(source: ModelSource) -> nn.Module:
-    return source if isinstance(source, nn.Module) else source()
+    ``previous`` is the model the cache held (moved away from ``w0``): a factory that hands it
+    back would rebuild from moved weights, which is refused.
+    """
+    if isinstance(source, nn.Module):
+        return model_origin.reset_to_origin(source)
+    model = source()
+    if model is previous:
+        raise ValueError("the model factory returned the module that holds the global model "
+                         "(moved away from w0); build w0 afresh in the factory, or pass the "
+                         "module itself as model=")
+    return model
 
 
 def _needs_rebuild(applied: np.ndarray, target: np.ndarray) -> bool:
@@ -142,8 +150,9 @@ def origin_fingerprint(params: Sequence[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _fresh(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig) -> Replica:
-    model = _build(source)
+def _fresh(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig,
+           previous: Replica | None) -> Replica:
+    model = _build(source, None if previous is None else previous.model)
     model.eval()
     params = canonical_parameters(model)
     return Replica(key, model, Directions(params), np.zeros(cfg.num_seeds, dtype=np.float64),
@@ -167,16 +176,15 @@ def sync(key: tuple[Any, ...], source: ModelSource, cfg: FedKSeedConfig, target:
     docstring). A process without a replica in memory first looks for one saved in ``store``
     (:mod:`bouquet.clients.replica_store`; see :func:`remember`).
     """
-    rep = _CACHE.get("replica")
-    if rep is not None and rep.key != key:
-        rep = None
-        _CACHE.clear()
+    cached = _CACHE.get("replica")
+    rep = cached if cached is not None and cached.key == key else None
     if rep is None:
-        rep = _fresh(key, source, cfg)
+        _CACHE.clear()
+        rep = _fresh(key, source, cfg, cached)
         if store is not None:
             _restore(rep, store, cfg, target)
     elif _needs_rebuild(rep.applied, target):
-        rep = _fresh(key, source, cfg)
+        rep = _fresh(key, source, cfg, rep)
     _CACHE["replica"] = rep
     seeds = _seeds(cfg.master_seed, cfg.num_seeds)
     replayed = replay(rep.directions, seeds, target - rep.applied, cfg.lr)
@@ -245,10 +253,18 @@ def local_round(msg: Message, context: Context, key: tuple[Any, ...], source: Mo
 
 def _user_key(model: ModelSource, model_key: str | None, cfg: FedKSeedConfig
               ) -> tuple[Any, ...]:
-    if model_key is None:
-        if not isinstance(model, nn.Module):
-            raise TypeError("pass model_key= with a model factory (the identity of w0)")
-        model_key = weights_fingerprint(model)
+    """The replica key of a user's model; a module is recorded as ``w0`` when first seen.
+
+    Without ``model_key`` the identity of ``w0`` is the digest of the module's first-seen
+    weights (:mod:`bouquet.clients.model_origin`): stable while the module moves, and the same
+    in every process that builds the same ``w0``.
+    """
+    if isinstance(model, nn.Module):
+        origin = model_origin.origin_of(model)
+        if model_key is None:
+            model_key = origin.fingerprint
+    elif model_key is None:
+        raise TypeError("pass model_key= with a model factory (the identity of w0)")
     return ("user", model_key, cfg.master_seed, cfg.num_seeds, cfg.lr)
 
 
@@ -266,6 +282,12 @@ def train(msg: Message, context: Context, model: ModelSource, batches: Iterable[
         The initial model ``w0``, identical on every node (e.g. a seeded build or pretrained
         weights), or a zero-argument function building it (then ``model_key`` is required).
         The process keeps the rebuilt global model as a cache and replays only what changed.
+        A module may be passed again on every message (e.g. one built at import time): the
+        first time a module object is seen in the process it must hold ``w0``, a CPU copy of
+        its state is kept as ``w0`` while the object lives, and the module itself becomes the
+        cached model (after the call it holds the node's model, not ``w0``), reset to the copy
+        whenever the global model is rebuilt. A function must build ``w0`` afresh on every call;
+        one returning the cached, moved module raises ``ValueError``.
     batches : Iterable
         Any iterable of batches, iterated afresh each epoch; one batch per step.
     loss_fn : callable
@@ -275,7 +297,8 @@ def train(msg: Message, context: Context, model: ModelSource, batches: Iterable[
     seed : int
         Seed of the seed choices (with the node's partition id).
     model_key : str, optional
-        Identity of ``w0`` for the cache (default: a digest of the model's weights).
+        Identity of ``w0`` for the cache and the node's saved replica (default: a digest of the
+        module's weights when first seen, which does not change as the module moves).
     **options
         The client keys of the ``fedkseed`` section: ``num_seeds`` (4096), ``local_steps``
         (200), ``eps`` (1e-3), ``lr`` (3e-4), ``master_seed`` (42). They must match the server's.
@@ -295,8 +318,8 @@ def global_model(msg: Message, model: ModelSource, *, model_key: str | None = No
                  **options: Any) -> nn.Module:
     """The global model ``w0 - lr sum_k A[k] z(s_k)`` the message describes (for evaluation).
 
-    Arguments as :func:`train`. The returned module is the process's cached replica: evaluate
-    it, do not train it.
+    Arguments as :func:`train` (the same contract on ``model``). The returned module is the
+    process's cached replica (the module passed, when one is): evaluate it, do not train it.
     """
     cfg = section_from(FedKSeedConfig, options, _SERVER_ONLY)
     rep, _ = sync(_user_key(model, model_key, cfg), model, cfg,
