@@ -27,9 +27,9 @@ import os
 import secrets
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -81,17 +81,7 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _fill_and_rename(lambda: os.fdopen(fd, "wb"), Path(tmp), path, data, fsync=fsync)
 
 
 def atomic_rewrite(spare: Path, path: Path, data: bytes, *, fsync: bool = True) -> None:
@@ -104,8 +94,18 @@ def atomic_rewrite(spare: Path, path: Path, data: bytes, *, fsync: bool = True) 
     """
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
     os.replace(spare, tmp)
+    _fill_and_rename(lambda: open(tmp, "r+b"), tmp, path, data, fsync=fsync)
+
+
+def _fill_and_rename(open_tmp: Callable[[], BinaryIO], tmp: Path, path: Path, data: bytes, *,
+                     fsync: bool) -> None:
+    """Fill the temporary file ``tmp`` (opened by ``open_tmp``) with ``data``; rename it to ``path``.
+
+    The file is cut after ``data`` (a recycled file may be longer), closed, flushed to the disk
+    first with ``fsync``; on any failure the temporary file is removed and the error re-raised.
+    """
     try:
-        with open(tmp, "r+b") as f:
+        with open_tmp() as f:
             f.write(data)
             f.truncate()
             if fsync:
