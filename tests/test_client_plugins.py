@@ -534,3 +534,27 @@ def test_fedkseed_factory_handing_back_the_moved_module_is_refused(tmp_path: Pat
     with pytest.raises(ValueError, match="build w0 afresh"):
         fedkseed.train(instruction(strategy, 1, 1), node_context(1), lambda: net,
                        user_batches(), forward_loss, model_key="net", **options)
+
+
+def test_fedkseed_a_step_that_fails_part_way_forgets_the_moved_replica(tmp_path: Path) -> None:
+    """The user's loss raising at the third step: the weights have moved by steps the replica
+    does not hold, so the cached replica must go (the next message rebuilds from w0)."""
+    from bouquet.clients import fedkseed
+
+    fedkseed.clear_cache()
+    options = {"num_seeds": 16, "local_steps": 5, "lr": 1e-2, "eps": 1e-3}
+    strategy = strategy_for("fedkseed", tmp_path, user_model(), **{
+        "fedkseed.num-seeds": 16, "fedkseed.local-steps": 5, "fedkseed.lr": 1e-2})
+    calls = {"n": 0}
+
+    def failing_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+        calls["n"] += 1
+        if calls["n"] == 5:  # the third step's first forward
+            raise RuntimeError("out of memory")
+        return float(user_loss(model, batch))
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        fedkseed.train(instruction(strategy, 1, 0), node_context(0), user_model, user_batches(),
+                       failing_loss, model_key="users-two-layer", **options)
+    assert calls["n"] == 5
+    assert fedkseed.cached_replica() is None

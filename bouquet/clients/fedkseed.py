@@ -220,29 +220,36 @@ def local_round(msg: Message, context: Context, key: tuple[Any, ...], source: Mo
     n = examples_in(batches, num_examples)
     down = read_down(msg.content, cfg.num_seeds)  # decoded once, passed on
     store = replica_file(context)
-    rep, replayed = sync(key, source, cfg, down.accumulator, store)
     seeds = _seeds(cfg.master_seed, cfg.num_seeds)
     pid = node_index(context)
     rng = np.random.default_rng([seed, rnd, pid, 0x5EED])
     choices = seed_choices(down, cfg, rng)
-    model = rep.model
-    model.eval()
-
-    def loss(batch: Any) -> float:
-        with torch.inference_mode():
-            return float(loss_fn(model, batch))
-
-    steps = zo_steps(rep.directions, (int(seeds[k]) for k in choices), batch_stream(batches),
-                     loss, eps=cfg.eps, lr=cfg.lr)
     index: list[int] = []
     grads: list[float] = []
     loss_sum = 0.0
-    for k, step in zip(choices, steps, strict=True):
-        if step.applied:
-            index.append(int(k))
-            grads.append(step.grad)
-            rep.applied[k] += step.grad
-            loss_sum += 0.5 * (step.loss_plus + step.loss_minus)
+    try:
+        rep, replayed = sync(key, source, cfg, down.accumulator, store)
+        model = rep.model
+        model.eval()
+
+        def loss(batch: Any) -> float:
+            with torch.inference_mode():
+                return float(loss_fn(model, batch))
+
+        steps = zo_steps(rep.directions, (int(seeds[k]) for k in choices),
+                         batch_stream(batches), loss, eps=cfg.eps, lr=cfg.lr)
+        for k, step in zip(choices, steps, strict=True):
+            if step.applied:
+                index.append(int(k))
+                grads.append(step.grad)
+                rep.applied[k] += step.grad
+                loss_sum += 0.5 * (step.loss_plus + step.loss_minus)
+    except BaseException:
+        # A failure part-way (the user's loss, an exhausted batch stream, out of memory) leaves
+        # the weights moved by steps ``applied`` does not hold: forget the in-memory replica so
+        # the next message rebuilds; the one on disk (saved only below) is still consistent.
+        clear_cache()
+        raise
     remember(rep, store)
     log.debug("fedkseed round %d node %d: %d directions replayed, %d/%d steps applied",
               rnd, pid, replayed, len(index), len(choices))
