@@ -102,3 +102,17 @@ def test_deploy_local_takes_the_resume_it_prints() -> None:
     args = build_parser().parse_args(["deploy-local", "--resume", "/runs/x"])
     assert args.resume == "/runs/x"
 
+
+
+def test_deploy_local_node_state_outlives_the_fleet_for_a_resume(tmp_path: Path) -> None:
+    """``deploy-local --resume`` starts a new fleet (a new temporary folder): the nodes' state
+    (accountants, control variates) must be where the first fleet left it, beside the runs."""
+    from bouquet.apps.deploy import LocalFleet, fleet_state_root
+
+    results = tmp_path / "results"
+    first = fleet_state_root({"results-dir": str(results)})
+    again = fleet_state_root({"resume-from": str(results / "scafcom-digits-mlp-s0-20261201")})
+    assert first == again == (results / "fleet-state").resolve()
+    fleet = LocalFleet(2, workdir=tmp_path / "fleet", state_root=first)
+    assert fleet.state_dir(1) == first / "state-node1"
+    assert not fleet.state_dir(1).is_relative_to(fleet.dir)  # removed with the fleet otherwise

@@ -117,10 +117,13 @@ class LocalFleet:
 
     """
 
-    def __init__(self, nodes: int, *, secure: bool = True, workdir: Path | None = None) -> None:
+    def __init__(self, nodes: int, *, secure: bool = True, workdir: Path | None = None,
+                 state_root: Path | None = None) -> None:
         self.num_nodes = nodes
         self.secure = secure
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="bq-fleet-")).resolve()
+        #: Parent of the nodes' ``state-dir`` folders (default: inside :attr:`dir`).
+        self.state_root = (state_root or self.dir).resolve()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, IO[bytes]] = {}
         self.port = free_port()
@@ -246,7 +249,7 @@ class LocalFleet:
 
     def state_dir(self, i: int) -> Path:
         """Where SuperNode ``i`` keeps its saved state (its own folder, as on its own machine)."""
-        return self.dir / f"state-node{i}"
+        return self.state_root / f"state-node{i}"
 
     def start_node(self, i: int, key: Path | None = None, name: str | None = None
                    ) -> subprocess.Popen[bytes]:
@@ -345,10 +348,30 @@ class LocalFleet:
         self.procs.clear()
 
 
+#: Folder beside a results folder's runs where ``deploy-local`` nodes keep their state.
+FLEET_STATE_DIR = "fleet-state"
+
+
+def fleet_state_root(overrides: Mapping[str, Any]) -> Path:
+    """Where a ``deploy-local`` fleet's nodes keep their state: beside the runs.
+
+    Not in the fleet's temporary folder, so that ``--resume`` (a new fleet) finds each node's
+    accountant, control variates and residuals again (nodes file them by run name and partition).
+    """
+    if overrides.get("resume-from"):
+        run_dir = Path(str(overrides["resume-from"])).expanduser().resolve()
+        return run_dir.parent / FLEET_STATE_DIR
+    results = Path(str(overrides.get("results-dir") or default_results_dir())).expanduser()
+    return results.resolve() / FLEET_STATE_DIR
+
+
 def deploy_local(nodes: int, overrides: Mapping[str, Any], *, secure: bool = True,
                  keep: bool = False) -> Path:
-    """Start a fleet, run once, stop everything; return the summary path."""
-    fleet = LocalFleet(nodes, secure=secure)
+    """Start a fleet, run once, stop everything; return the summary path.
+
+    The nodes' saved state goes to :func:`fleet_state_root`, which outlives the fleet.
+    """
+    fleet = LocalFleet(nodes, secure=secure, state_root=fleet_state_root(overrides))
     print(f"[bouquet] fleet folder (logs, certificates): {fleet.dir}", flush=True)
     try:
         with fleet:
