@@ -116,3 +116,20 @@ def test_deploy_local_node_state_outlives_the_fleet_for_a_resume(tmp_path: Path)
     fleet = LocalFleet(2, workdir=tmp_path / "fleet", state_root=first)
     assert fleet.state_dir(1) == first / "state-node1"
     assert not fleet.state_dir(1).is_relative_to(fleet.dir)  # removed with the fleet otherwise
+
+
+def test_a_stopped_run_closes_its_progress_display(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live bar left running would keep the terminal's cursor hidden after the stop."""
+    from bouquet.apps import progress, runner
+
+    closed: list[int] = []
+
+    class Recording(progress.RunProgress):
+        def close(self) -> None:
+            closed.append(1)
+            super().close()
+
+    monkeypatch.setattr(runner, "RunProgress", Recording)
+    stopped_run(tmp_path, None)
+    assert closed

@@ -329,14 +329,17 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     rounds = cfg.common.num_server_rounds
     say(f"{cfg.method.name} on {cfg.task_name}: {rounds} rounds, evaluation {mode}, "
         f"results in {run_dir}")
+    progress = RunProgress(rounds)
     try:
         strategy.start(grid=grid, num_rounds=rounds, timeout=cfg.common.round_timeout,
                        evaluate_fn=central_evaluation(task) if mode == "central" else None,
-                       first_round=recorder.last_round + 1,
-                       callbacks=[recorder, RunProgress(rounds)])
+                       first_round=recorder.last_round + 1, callbacks=[recorder, progress])
     except NotEnoughNodes as exc:
+        progress.close()
         stop_for_lack_of_nodes(recorder, strategy, run_dir, exc, deployment=is_deployment(grid))
         raise
+    finally:
+        progress.close()  # a live bar gives the terminal back also on an error or Ctrl-C
     path = recorder.finish(strategy)
     say(f"summary: {path}")
     return path
