@@ -610,3 +610,25 @@ def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:
         [store.path(v).name for v in store.complete()]
     for v in store.complete():
         assert int(store.load(v)["m.counter"]["n"]) == v.round  # type: ignore[arg-type]
+
+
+def test_a_version_of_another_run_is_never_recycled(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adopting an older attempt's version (a resume) must not rename the oldest file away
+    before the new one exists: that file may be the very version being adopted."""
+    from bouquet.clients import persistence
+
+    old_run = NodeStore(tmp_path / "p0", 0, 7, False, fsync=False)
+    for rnd in (1, 2, 3):
+        old_run.save(rnd, f"state {rnd}".encode())
+    rewrites: list[Path] = []
+    real = persistence.atomic_rewrite
+    monkeypatch.setattr(persistence, "atomic_rewrite",
+                        lambda spare, *a, **k: (rewrites.append(spare), real(spare, *a, **k)))
+    resumed = NodeStore(tmp_path / "p0", 0, 8, False, fsync=False)
+    resumed.save(1, b"state 1")  # the resumed run adopts round 1 of run 7
+    assert rewrites == []
+    same = NodeStore(tmp_path / "p1", 0, 9, False, fsync=False)
+    for rnd in (1, 2, 3, 4):
+        same.save(rnd, f"state {rnd}".encode())
+    assert len(rewrites) == 1  # the hot path still recycles

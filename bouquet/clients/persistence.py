@@ -206,7 +206,11 @@ class NodeStore:
         header = {"round": rnd, "partition-id": self.partition_id, "run-id": self.run_id,
                   "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
         data = MAGIC + json.dumps(header).encode() + b"\n" + blob
-        if len(done) >= KEEP_VERSIONS and not done[0].legacy:  # the oldest would go: reuse it
+        # Past KEEP_VERSIONS the oldest would go: reuse its file, but only on the hot path (this
+        # run writing a round newer than every kept one), never while adopting or rewriting a
+        # version that may itself be the oldest (renamed away before the new one is complete).
+        if (len(done) >= KEEP_VERSIONS and not done[0].legacy and done[0].run_id == self.run_id
+                and all(rnd > v.round for v in done)):
             atomic_rewrite(self.path(done[0]), self.path(version), data, fsync=self.fsync)
             done = done[1:]
         else:
