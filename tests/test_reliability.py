@@ -8,6 +8,7 @@ in-process grid. A new :class:`LocalGrid` is a new ``flwr run``: new run id, emp
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -632,3 +633,77 @@ def test_a_version_of_another_run_is_never_recycled(tmp_path: Path,
     for rnd in (1, 2, 3, 4):
         same.save(rnd, f"state {rnd}".encode())
     assert len(rewrites) == 1  # the hot path still recycles
+
+
+class _Crash(BaseException):
+    """The node process dies here (nothing after this line of the node runs)."""
+
+
+def _dp_history(ctx: Context) -> list[list[float]]:
+    from bouquet.clients.persistence import ACCOUNTANT_KEY
+
+    if ACCOUNTANT_KEY not in ctx.state:
+        return []
+    return json.loads(str(ctx.state[ACCOUNTANT_KEY]["history"]))  # type: ignore[index]
+
+
+@pytest.mark.parametrize("answered", [(3,), (1, 3)], ids=["only-orphaned", "older-and-orphaned"])
+def test_a_node_dying_in_the_first_round_after_a_resume_keeps_its_accountant(
+        answered: tuple[int, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Crash the node at every file-system step of its first restore after a resume, and once
+    restore has returned (in the round's local training, before the reply's save): whatever
+    point it dies at, the node restarted in the same run restores the whole privacy spent.
+
+    Before the fix, a node whose every version was of a round the resumed server had not
+    finished (here round 3, the server resumes at round 3) adopted only the accountant in
+    memory and deleted the version holding it: dying before its next save lost its epsilon.
+    """
+    from bouquet.clients import persistence
+    from bouquet.clients.persistence import ACCOUNTANT_KEY
+
+    old = NodeStore(tmp_path / "p0", 0, 7, False, fsync=False)
+    ctx = _context()
+    for rnd in answered:  # run 7 (crashed after round 2's checkpoint) asked this node these
+        restore(ctx, old, rnd)
+        _set(ctx, rnd)
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps([[1.0, 0.1, 10 * rnd]])})
+        persist(ctx, old, rnd)
+    spent = [[1.0, 0.1, 30]]
+    folder = tmp_path / "p0"
+    pristine = {p.name: p.read_bytes() for p in folder.iterdir()}
+    steps = 0
+    budget = [0]
+
+    def crash_after(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*a: Any, **k: Any) -> Any:
+            nonlocal steps
+            steps += 1
+            if steps > budget[0]:
+                raise _Crash
+            return fn(*a, **k)
+        return wrapped
+
+    for name in ("atomic_write", "atomic_rewrite"):
+        monkeypatch.setattr(persistence, name, crash_after(getattr(persistence, name)))
+    monkeypatch.setattr(Path, "unlink", crash_after(Path.unlink))
+    monkeypatch.setattr(persistence.shutil, "rmtree", crash_after(shutil.rmtree))
+    budget[0] = 10**6
+    restore(_context(8), NodeStore(folder, 0, 8, resumed=True, fsync=False), 3)
+    total, steps = steps, 0
+    for crash_at in range(total + 1):  # total: restore returned; dies in local training
+        for p in folder.iterdir():
+            p.unlink() if p.is_file() else shutil.rmtree(p)
+        for n, data in pristine.items():
+            (folder / n).write_bytes(data)
+        budget[0], steps = crash_at, 0
+        first = _context(8)
+        try:
+            restore(first, NodeStore(folder, 0, 8, resumed=True, fsync=False), 3)
+        except _Crash:
+            pass
+        else:
+            assert _dp_history(first) == spent
+        budget[0] = 10**6
+        again = _context(8)  # the SuperNode restarted: same run, empty context, round 3 again
+        restore(again, NodeStore(folder, 0, 8, resumed=True, fsync=False), 3)
+        assert _dp_history(again) == spent, f"accountant lost when dying at step {crash_at}"

@@ -35,7 +35,11 @@ Which version is restored (a node with no ``bouquet.persistence`` marker in ``co
   <= the message's round;
 * none, and the run resumes a stopped one (``resume-from``): the latest version of a round <
   the message's round, from the earlier attempts; versions of later rounds belong to work the
-  resumed server never saw and are deleted. The restored state is re-saved under this run;
+  resumed server never saw and are deleted. The restored state, carrying the longest privacy
+  accountant of any version (:func:`carry_spent_privacy`), is re-saved under this run and
+  flushed to the disk *before* anything is deleted, also when only the accountant is carried
+  (every version was of a later round): the node may die at any point and still restore the
+  whole privacy it spent;
 * none, and a new run: nothing (stale versions of an earlier run with the same name are deleted).
 
 Versions are saved under the round of the message (``server-round``) and the three newest are
@@ -198,8 +202,13 @@ class NodeStore:
                 f"Repair or restore the file, or delete {path} to accept losing that state."
             ) from exc
 
-    def save(self, rnd: int, blob: bytes) -> Version:
-        """Write a new version for round ``rnd``; keep the newest :data:`KEEP_VERSIONS`."""
+    def save(self, rnd: int, blob: bytes, fsync: bool | None = None) -> Version:
+        """Write a new version for round ``rnd``; keep the newest :data:`KEEP_VERSIONS`.
+
+        ``fsync`` overrides the store's switch for this one version (True: flushed to the disk
+        whatever the store says, as a version that other versions' deletion relies on must be).
+        """
+        fsync = self.fsync if fsync is None else fsync
         done, debris = self._scan()
         seq = max((v.seq for v in done), default=-1) + 1
         version = Version(rnd, seq, self.run_id)
@@ -211,11 +220,11 @@ class NodeStore:
         # version that may itself be the oldest (renamed away before the new one is complete).
         if (len(done) >= KEEP_VERSIONS and not done[0].legacy and done[0].run_id == self.run_id
                 and all(rnd > v.round for v in done)):
-            atomic_rewrite(self.path(done[0]), self.path(version), data, fsync=self.fsync)
+            atomic_rewrite(self.path(done[0]), self.path(version), data, fsync=fsync)
             done = done[1:]
         else:
-            atomic_write(self.path(version), data, fsync=self.fsync)
-        if self.fsync:
+            atomic_write(self.path(version), data, fsync=fsync)
+        if fsync:
             fsync_folder(self.folder)
         self._prune([*done, version], debris, keep=frozenset({version}))
         return version
@@ -342,10 +351,13 @@ def restore(context: Context, store: NodeStore, rnd: int) -> int | None:
             context.state[k] = rec
     blob = encode_state(context.state)
     if not mine:
-        # Adopt the restored state under this run (written first), then forget other attempts
-        # and older runs.
-        if restored is not None and chosen is not None:
-            store.save(chosen.round, blob)
+        # Adopt the restored state (or the accountant alone, when every version was of a round
+        # the resumed server never finished) under this run, flushed to the disk, before any
+        # other attempt's version is deleted: the node may die at any point after this, and
+        # the spent privacy must then be on the disk in a version this run restores.
+        if restored is not None:
+            store.save(chosen.round if chosen is not None else max(rnd - 1, 0), blob,
+                       fsync=True)
         store.prune(only_this_run=True)
     context.state[MARKER] = _marker(_digest(blob), chosen.round if chosen else -1)
     return chosen.round if chosen else None
