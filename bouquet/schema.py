@@ -11,7 +11,8 @@ This module has no dependencies so that servers, clients and tasks can all decla
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, get_type_hints
 
 Scalar = int | float | bool | str
@@ -70,7 +71,11 @@ class KeySpec:
         return f"{self.type.__name__}" + (f" ({' and '.join(bounds)})" if bounds else "")
 
     def check(self, value: Any) -> Scalar:
-        """Coerce ``value`` to this key's type and check its range; raise ``ValueError``."""
+        """Coerce ``value`` to this key's type and check its range; raise ``ValueError``.
+
+        A float key never takes ``inf``, ``-inf`` or ``NaN`` (nor a string that parses to one,
+        such as ``"1e999"``): see :func:`coerce`.
+        """
         v = coerce(value, self.type)
         if self.choices and v not in self.choices:
             raise ValueError(f"{v!r} is not allowed")
@@ -83,7 +88,10 @@ class KeySpec:
 
 
 def coerce(value: Any, typ: type) -> Scalar:
-    """Convert a run-config value to ``typ`` without silently losing information."""
+    """Convert a run-config value to ``typ`` without silently losing information.
+
+    Floats must be finite: ``inf``, ``-inf`` and ``NaN`` raise ``ValueError`` for every key.
+    """
     if typ is bool:
         if isinstance(value, bool):
             return value
@@ -108,14 +116,22 @@ def coerce(value: Any, typ: type) -> Scalar:
     if typ is float:
         if isinstance(value, bool):
             raise ValueError(f"expected a number, got {value!r}")
+        number: float | None = None
         if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ValueError(f"expected a number, got {value!r}")
+        if number is None:
+            raise ValueError(f"expected a number, got {value!r}")
+        if not math.isfinite(number):
+            # inf/NaN would pass every min/max bound (NaN compares false) and silently switch a
+            # defence off (dp-linucb.reward-bound=inf: no clipping, no noise); no key means
+            # "no limit" by inf: those that have one say 0.
+            raise ValueError(f"expected a finite number, got {value!r}")
+        return number
     if typ is str:
         if isinstance(value, str):
             return value
@@ -210,3 +226,19 @@ class CommonConfig:
         "round's replies and the last rounds' accepted ones) is rejected; 0 disables", min=0.0)
     max_update_norm: float = key(
         0.0, "absolute bound on a reply's update norm (0: none)", min=0.0)
+
+
+def node_config_float(node_config: Mapping[str, Any], name: str) -> float | None:
+    """A float a node's operator sets in its node config (``--node-config``), or None if unset.
+
+    Node-config keys are read by the node alone, outside the run config's sections, but get the
+    same check as a float key: a finite number (``dp-max-epsilon=nan`` would otherwise pass every
+    comparison and switch the node's own budget off). Raises ``ValueError`` naming the key.
+    """
+    raw = node_config.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return float(coerce(raw, float))
+    except ValueError as exc:
+        raise ValueError(f"node config {name}: {exc}") from None

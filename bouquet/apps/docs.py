@@ -22,6 +22,13 @@ Keys with a prefix belong to a method, a task or a shared section (`dp.*`); a ru
 sections of its method and task, and a key of any other section set to anything but its default
 is an error that names the methods and tasks that read it (it would otherwise be silently
 ignored).
+
+A `float` key takes finite numbers only: `inf`, `-inf`, `nan` (or `1e999`, which overflows to
+`inf`) are refused for every key, through every entry (`--set`, `--run-config`, a preset, a
+strategy plugin's keyword argument, and the node-config floats `dp-max-epsilon` and
+`uplink-mbps`), because they pass every range check and would silently switch a bound off. No
+key means "no limit" by `inf`: where a key can be switched off, its value `0` does that, as
+its line below says.
 """
 
 

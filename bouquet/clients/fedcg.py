@@ -23,6 +23,7 @@ from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_
 from bouquet.clients.local_training import LocalSchedule, examples_in, node_index, reply
 from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import ErrorFeedback, to_array_record
+from bouquet.schema import node_config_float
 from bouquet.strategies.fedcg import FedcgConfig
 from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
 from bouquet.wire.arrays import to_numpy
@@ -76,8 +77,9 @@ def local_round(msg: Message, context: Context, model: nn.Module, batches: Itera
         "train_loss": float(stats["train_loss"]),
         STEP_TIME_METRIC: elapsed / steps,
     }
-    if UPLINK_NODE_KEY in context.node_config:
-        metrics[UPLINK_METRIC] = float(context.node_config[UPLINK_NODE_KEY])  # type: ignore[arg-type]
+    uplink = node_config_float(context.node_config, UPLINK_NODE_KEY)
+    if uplink is not None:
+        metrics[UPLINK_METRIC] = uplink
     return RecordDict({PAYLOAD_RECORD: to_array_record(payload),
                        "metrics": MetricRecord(metrics)})
 

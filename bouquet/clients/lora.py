@@ -30,6 +30,7 @@ from torch import nn
 from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_config
 from bouquet.privacy.dp import ExampleLossFn, LossFn
 from bouquet.privacy.dp_config import DP_MAX_EPSILON_KEY, DP_SEED_KEY, DPConfig
+from bouquet.schema import node_config_float
 from bouquet.strategies.lora import (
     Adapted,
     FedSBConfig,
@@ -409,8 +410,7 @@ def _rate(batch_size: int, n: int) -> float:
 
 def _node_budget(context: Context) -> float | None:
     """The node's own ``dp-max-epsilon`` (node config), or None when the node sets none."""
-    raw = context.node_config.get(DP_MAX_EPSILON_KEY)
-    return None if raw is None or raw == "" else float(raw)  # type: ignore[arg-type]
+    return node_config_float(context.node_config, DP_MAX_EPSILON_KEY)
 
 
 def _require_dp(context: Context, dp: DPConfig | None, partition_id: int) -> None:
