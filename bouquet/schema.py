@@ -220,7 +220,8 @@ class CommonConfig:
         "cap (the weight-cap-factor rule still applies)", min=0)
     weight_cap_factor: float = key(
         10.0, "a node's aggregation weight is clipped to this multiple of the median data size "
-        "declared by the known nodes (needs 3 or more); 0 disables", min=0.0)
+        "declared by the known nodes (needs 3 or more; with 1-2 known in a larger federation "
+        "the replies weigh equally); 0 disables", min=0.0)
     norm_bound_factor: float = key(
         10.0, "a reply whose update norm exceeds this multiple of the median update norm (this "
         "round's replies and the last rounds' accepted ones) is rejected; 0 disables", min=0.0)

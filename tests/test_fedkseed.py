@@ -69,7 +69,7 @@ def test_server_holds_no_model_and_evaluates_on_nodes(tmp_path: Path) -> None:
     assert strategy.global_arrays() is None
     state = strategy.state_dict()
     assert state["accumulator"].shape == (32,)
-    assert all(not isinstance(v, dict) or k in ("partitions", "sizes", "norm_history")
+    assert all(not isinstance(v, dict) or k in ("partitions", "sizes", "claims", "norm_history")
                for k, v in state.items())
 
 

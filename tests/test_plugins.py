@@ -133,6 +133,7 @@ def test_answer_hello_refuses_what_is_not_a_hello() -> None:
 def test_grid_discovery_caps_an_inflated_weight_at_the_round_median_rule() -> None:
     """No node declares a size under grid discovery: a claim of 10^6 examples is clipped."""
     from bouquet.strategies.admission import cap_undeclared_weights
+    from bouquet.strategies.directory import NodeDirectory
     from bouquet.strategies.round_log import NodeReply
 
     def reply(pid: int, n: int) -> NodeReply:
@@ -140,10 +141,11 @@ def test_grid_discovery_caps_an_inflated_weight_at_the_round_median_rule() -> No
         return NodeReply(pid, pid, rec, 0, 0)
 
     replies = [reply(0, 50), reply(1, 40), reply(2, 60), reply(3, 10**6)]
-    cap_undeclared_weights(replies, {}, factor=10.0)
+    cap_undeclared_weights(replies, NodeDirectory(), factor=10.0, train=False)
     assert [r.content["metrics"]["num-examples"] for r in replies] == [50, 40, 60, 550]
     declared = [reply(0, 50), reply(1, 40), reply(2, 10**6)]
-    cap_undeclared_weights(declared, {2: 10**6}, factor=10.0)  # fewer than 3 undeclared
+    cap_undeclared_weights(declared, NodeDirectory(sizes={2: 10**6}), factor=10.0,
+                           train=False)  # the declared node is check_weight's, not clipped here
     assert declared[2].content["metrics"]["num-examples"] == 10**6
 
     grid = LocalGrid(4, {}, client=quickstart_app())
@@ -258,3 +260,83 @@ def test_error_replies_are_mapped_to_their_node_through_reply_to_message_id() ->
     [failure] = strategy.last_log["train"].failures
     assert (failure["node_id"], failure["kind"]) == (1001, "errors")
     assert "node unavailable" in failure["reason"]
+
+
+# --------------------------------------------------------------------------- weights from round 1
+def _share_app(hostile: set[int]) -> ClientApp:
+    """Honest nodes send zeros (50 examples); hostile ones send ones and claim 10^9 examples."""
+    from bouquet.clients.discovery import answer_hello
+
+    app = ClientApp()
+
+    def lies(context: Context) -> bool:
+        return int(context.node_config["partition-id"]) in hostile  # type: ignore[arg-type]
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return answer_hello(msg, context, num_examples=10**9 if lies(context) else 50)
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        arrays = [np.full_like(a, 1.0 if lies(context) else 0.0)
+                  for a in msg.content["arrays"].to_numpy_ndarrays()]
+        n = 10**9 if lies(context) else 50
+        metrics = MetricRecord({"train_loss": 0.0, "num-examples": n})
+        return Message(RecordDict({"arrays": ArrayRecord(arrays), "metrics": metrics}),
+                       reply_to=msg)
+
+    return app
+
+
+@pytest.mark.parametrize("discovery", ["sampled", "grid"])
+def test_a_hostile_weight_claim_in_a_round_of_two_replies_weighs_no_more_than_an_honest_one(
+        discovery: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Round 1 of a 20-node federation sampling 2 nodes: the median rule has fewer than 3 sizes.
+
+    Before, the liar's 10^9 (declared at hello under ``sampled``, claimed in the reply under
+    ``grid``) was bounded only by ``max-num-examples`` (none): the average was the liar's model.
+    Now the replies weigh equally until three sizes are known.
+    """
+    import logging
+
+    caplog.set_level(logging.INFO, logger="bouquet")
+
+    def one_round(hostile: set[int]) -> tuple[set[int], float]:
+        grid = LocalGrid(20, {}, client=_share_app(hostile))
+        strategy = FedAvg(discovery=discovery, fraction_train=0.1, min_available_nodes=2,
+                          sample_deadline=5.0, fraction_evaluate=0.0)
+        result = strategy.start(grid=grid, initial_arrays=initial(), num_rounds=1, timeout=10)
+        sampled = {int(grid.contexts[m.metadata.dst_node_id].node_config["partition-id"])  # type: ignore[arg-type]
+                   for m in grid.sent if m.metadata.message_type == "train"}
+        return sampled, float(result.arrays.to_numpy_ndarrays()[0].mean())
+
+    sampled, _ = one_round(set())
+    assert len(sampled) == 2
+    caplog.clear()
+    again, share = one_round({min(sampled)})  # the same seeded sample, one liar in it
+    assert again == sampled
+    assert share == pytest.approx(0.5)  # was 1 - 5e-8: the liar's model
+    assert sum("weigh equally" in r.message for r in caplog.records) == 1
+
+
+def test_grid_claims_admitted_earlier_bound_a_later_round_of_two_and_are_checkpointed() -> None:
+    """Once three partitions' claims are known, the median of the run's claims caps a round of
+    two replies (not the equal-weights fall-back), and the claims survive a checkpoint."""
+    from bouquet.strategies.admission import cap_undeclared_weights
+    from bouquet.strategies.round_log import NodeReply
+
+    def reply(pid: int, n: int) -> NodeReply:
+        return NodeReply(pid, pid, RecordDict({"metrics": MetricRecord({"num-examples": n})}),
+                         0, 0)
+
+    strategy = FedAvg()
+    strategy.directory.partitions = {p: p for p in range(20)}
+    cap_undeclared_weights([reply(0, 50), reply(1, 40), reply(2, 60)], strategy.directory,
+                           factor=10.0, train=True)
+    restored = FedAvg()
+    restored.load_state_dict(strategy.state_dict())
+    assert restored.directory.claims == {0: 50, 1: 40, 2: 60}
+    later = [reply(3, 10**9), reply(4, 45)]
+    cap_undeclared_weights(later, restored.directory, factor=10.0, train=True)
+    assert [r.content["metrics"]["num-examples"] for r in later] == [500, 45]  # 10 x median 50
+    assert restored.directory.claims[3] == 500  # the clipped claim is what is remembered

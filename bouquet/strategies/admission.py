@@ -27,11 +27,13 @@ from bouquet.strategies.round_log import (
     weighted_metrics,
 )
 from bouquet.strategies.transport import match_replies
+from bouquet.strategies.weight_cap import note_equal_weights, weight_bound
 from bouquet.wire import validation as v
 from bouquet.wire.validation import InvalidReply
 
 if TYPE_CHECKING:
     from bouquet.strategies.base import BouquetStrategy
+    from bouquet.strategies.directory import NodeDirectory
 
 log = logging.getLogger("bouquet")
 
@@ -124,25 +126,38 @@ def aggregate_safely(strategy: BouquetStrategy, rnd: int, replies: list[NodeRepl
     return {}
 
 
-def cap_undeclared_weights(replies: list[NodeReply], declared: Mapping[int, int],
-                           factor: float) -> None:
-    """Clip ``num-examples`` of nodes that declared no size to ``factor`` x the round's median.
+def cap_undeclared_weights(replies: list[NodeReply], directory: NodeDirectory, factor: float,
+                           *, train: bool) -> None:
+    """Clip ``num-examples`` of nodes that declared no size by the median rule (in place).
 
     With ``discovery="grid"`` no node declares its size, so :func:`check_weight` has only
     ``max-num-examples`` to cap with (none by default): one node claiming 10^9 examples would
-    outweigh the rest. Among at least three such replies, the median of the claims bounds each
-    one (one liar cannot move the median of three or more).
+    outweigh the rest. The median rule (:func:`~bouquet.strategies.weight_cap.weight_bound`)
+    bounds each claim by the claims known: this phase's and, for training, the last admitted
+    (clipped) claim of every other partition so far in the run (``directory.claims``,
+    checkpointed). With fewer than three known in a larger federation (a round of one or two
+    replies before more are known) the replies weigh equally, so a liar's share of the
+    average is at most that of an honest reply from round 1 on.
     """
-    undeclared = [r for r in replies if declared.get(r.partition_id, 0) <= 0
+    undeclared = [r for r in replies if directory.sizes.get(r.partition_id, 0) <= 0
                   and "metrics" in r.content and "num-examples" in r.content["metrics"]]
-    if factor <= 0 or len(undeclared) < 3:
+    if not undeclared:
         return
-    claims = [int(r.content.metric_records["metrics"]["num-examples"])  # type: ignore[arg-type]
-              for r in undeclared]
-    cap = max(1, int(factor * float(np.median(claims))))
-    for r, n in zip(undeclared, claims, strict=True):
-        if n > cap:
-            r.content.metric_records["metrics"]["num-examples"] = cap
+    claims = {r.partition_id: int(r.content.metric_records["metrics"]["num-examples"])  # type: ignore[arg-type]
+              for r in undeclared}
+    known = {**directory.claims, **claims} if train else claims
+    bound = weight_bound(known.values(), factor,
+                         federation=max(directory.online, len(directory.partitions), len(known)))
+    if bound.equal_weights:
+        directory.equal_weights_noted = note_equal_weights(directory.equal_weights_noted,
+                                                           len(known))
+    for r in undeclared:
+        n = claims[r.partition_id]
+        if n > bound.cap:
+            n = max(1, int(bound.cap))
+            r.content.metric_records["metrics"]["num-examples"] = n
+        if train:
+            directory.claims[r.partition_id] = n
 
 
 def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Message]
@@ -189,7 +204,8 @@ def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Mess
         good = [r for r in good if r.partition_id != pid]
         del norms[pid]
     if not train or strategy.weighted_by_examples:
-        cap_undeclared_weights(good, strategy.sizes, strategy.common.weight_cap_factor)
+        cap_undeclared_weights(good, strategy.directory, strategy.common.weight_cap_factor,
+                               train=train)
     rlog.down_bytes = sum(phase.down_bytes.values())
     rlog.clients = len(good)
     if not train:

@@ -219,6 +219,7 @@ class BouquetStrategy(FlowerStrategyAPI):
         """Server state for checkpoints: numpy arrays and JSON scalars, nested dicts allowed."""
         return {"partitions": {str(k): n for k, n in self.partitions.items()},
                 "sizes": {str(k): n for k, n in self.sizes.items()},
+                "claims": {str(k): n for k, n in self.directory.claims.items()},
                 "norm_history": {k: np.asarray(x, dtype=np.float64)
                                  for k, x in self.norm_history.items()}}
 
@@ -226,6 +227,7 @@ class BouquetStrategy(FlowerStrategyAPI):
         """Restore what :meth:`state_dict` returned."""
         self.partitions = {int(k): int(n) for k, n in state.get("partitions", {}).items()}
         self.sizes = {int(k): int(n) for k, n in state.get("sizes", {}).items()}
+        self.directory.claims = {int(k): int(n) for k, n in state.get("claims", {}).items()}
         self.norm_history = {k: [float(x) for x in np.asarray(h)]
                              for k, h in state.get("norm_history", {}).items()}
 

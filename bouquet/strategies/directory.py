@@ -25,6 +25,7 @@ from bouquet.strategies.node_errors import NodeErrors
 from bouquet.strategies.observers import announce
 from bouquet.strategies.round_log import RoundLog
 from bouquet.strategies.transport import send_and_collect
+from bouquet.strategies.weight_cap import note_equal_weights, weight_bound
 from bouquet.wire import validation as v
 from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
 from bouquet.wire.validation import InvalidReply
@@ -60,6 +61,10 @@ class NodeDirectory:
     online : int
         How many nodes the grid listed at the last discovery (the federation's size under
         ``discovery="sampled"``, where only sampled nodes are known).
+    claims : dict[int, int]
+        partition-id -> the last admitted ``num-examples`` of a node that declared no size.
+    equal_weights_noted : bool
+        Whether the median rule's fall-back to equal weights was logged.
 
     """
 
@@ -67,6 +72,11 @@ class NodeDirectory:
     sizes: dict[int, int] = dataclasses.field(default_factory=dict)
     node_errors: NodeErrors = dataclasses.field(default_factory=NodeErrors)
     online: int = 0
+    #: Train-reply ``num-examples`` claims admitted so far, partition-id -> the (clipped) last
+    #: one, for the median rule where no node declares a size (``discovery="grid"``).
+    claims: dict[int, int] = dataclasses.field(default_factory=dict)
+    #: Whether the fall-back to equal weights has been logged (once per server process).
+    equal_weights_noted: bool = False
 
     # ------------------------------------------------------------------ discovery
     def discover(self, grid: Grid, common: CommonConfig, *, discovery: str, method: str,
@@ -217,12 +227,20 @@ class NodeDirectory:
 
     # ------------------------------------------------------------------ declared sizes
     def size_cap(self, common: CommonConfig) -> float:
-        """Largest weight one node may have: ``max-num-examples`` and the median rule."""
+        """Largest weight one node may have: ``max-num-examples`` and the median rule.
+
+        The rule (:func:`~bouquet.strategies.weight_cap.weight_bound`) reads every size declared
+        so far in the run (checkpointed with the partitions). With fewer than three declared in
+        a larger federation (``discovery="sampled"``, early rounds of a tiny sample) every
+        weight is clipped to the smallest declared size: equal weights, logged once.
+        """
         cap = float(common.max_num_examples) if common.max_num_examples else np.inf
-        declared = [n for n in self.sizes.values() if n > 0]
-        if common.weight_cap_factor > 0 and len(declared) >= 3:
-            cap = min(cap, common.weight_cap_factor * float(np.median(declared)))
-        return max(cap, 1.0)
+        bound = weight_bound(self.sizes.values(), common.weight_cap_factor,
+                             federation=max(self.online, len(self.sizes)))
+        if bound.equal_weights:
+            self.equal_weights_noted = note_equal_weights(self.equal_weights_noted,
+                                                          len(self.sizes))
+        return max(min(cap, bound.cap), 1.0)
 
     def declared_size(self, partition_id: int, common: CommonConfig) -> int:
         """A node's declared data size, clipped to :meth:`size_cap` (0 when it declared none)."""
