@@ -340,3 +340,29 @@ def test_grid_claims_admitted_earlier_bound_a_later_round_of_two_and_are_checkpo
     cap_undeclared_weights(later, restored.directory, factor=10.0, train=True)
     assert [r.content["metrics"]["num-examples"] for r in later] == [500, 45]  # 10 x median 50
     assert restored.directory.claims[3] == 500  # the clipped claim is what is remembered
+
+
+def test_federated_evaluation_under_sampled_discovery_says_hello_to_no_one_new() -> None:
+    """50 nodes, 3 sampled per round, ``fraction_evaluate=1``: before, round 1's evaluation
+    introduced every online node (50 hellos); now it asks only the nodes the run knows."""
+    from bouquet.clients.discovery import answer_hello
+
+    app = quickstart_app()
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        return answer_hello(msg, context, num_examples=50)
+
+    grid = LocalGrid(50, {}, client=app)
+    strategy = FedAvg(discovery="sampled", fraction_train=0.06, min_available_nodes=3,
+                      sample_deadline=5.0, fraction_evaluate=1.0)
+    strategy.start(grid=grid, initial_arrays=initial(), num_rounds=2, timeout=10)
+    sent = [(m.metadata.message_type, m.metadata.dst_node_id) for m in grid.sent]
+    hellos = [n for t, n in sent if t == "query"]
+    trained = {n for t, n in sent if t == "train"}
+    evaluated = [n for t, n in sent if t == "evaluate"]
+    assert len(hellos) == len(set(hellos)) <= 6  # one per sampled node, 3 per round at most
+    assert set(hellos) == trained and set(evaluated) <= trained
+    first_eval = [n for n in evaluated][:3]
+    assert len(evaluated) <= 3 + 6 and len(set(first_eval)) == 3  # round 1: its 3 nodes
+    assert strategy.last_log["evaluate"].clients == len(set(evaluated[3:]))

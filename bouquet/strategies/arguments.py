@@ -28,7 +28,9 @@ class FederationOptions:
 
     fraction_evaluate: float = key(
         1.0, "fraction of online nodes asked to evaluate the global model after each round "
-        "(Flower's start() path; 0 switches federated evaluation off)", min=0.0, max=1.0)
+        "(Flower's start() path; 0 switches federated evaluation off). Under sampled "
+        "discovery: of the online nodes already known (no hello is sent for evaluation)",
+        min=0.0, max=1.0)
     min_evaluate_nodes: int = key(1, "fewest nodes an evaluation round asks", min=0)
     min_available_nodes: int = key(
         1, "fewest online nodes a round waits for (up to sample_deadline)", min=1)

@@ -292,6 +292,19 @@ class BouquetStrategy(FlowerStrategyAPI):
             wanted=self.wanted_nodes())
         return sorted(by_pid), by_pid
 
+    def evaluation_candidates(self, grid: Grid) -> dict[int, int]:
+        """``{partition_id: node_id}`` of the online nodes an evaluation phase may ask.
+
+        Every online node, except under ``discovery="sampled"``: there only the online nodes
+        that already answered a hello in the run (the ones training rounds sampled), so that
+        evaluation never says hello itself and costs at most the nodes the run has used, not
+        the federation's size (``fraction_evaluate=1`` asks every *known* node).
+        """
+        by_pid = self.discover(grid)
+        if self.federation.discovery != "sampled":
+            return by_pid
+        return {self.partitions[n]: n for n in sorted(by_pid) if n in self.partitions}
+
     def introduce(self, grid: Grid, node_ids: list[int]) -> dict[int, int]:
         """``{partition_id: node_id}`` of ``node_ids`` (:meth:`NodeDirectory.introduce`)."""
         return self.directory.introduce(grid, node_ids, method=self.method,
@@ -469,10 +482,12 @@ class BouquetStrategy(FlowerStrategyAPI):
         return self.send_phase(rnd, contents, by_pid, MessageType.EVALUATE)
 
     def evaluate_round(self, grid: Grid, rnd: int) -> RoundLog:
-        """Ask every online node to evaluate the global state; weighted-average metrics."""
-        by_pid = self.discover(grid)
-        if self.federation.discovery == "sampled":
-            by_pid = self.introduce(grid, sorted(by_pid))
+        """Ask the candidate nodes to evaluate the global state; weighted-average metrics.
+
+        The candidates are :meth:`evaluation_candidates` (every online node, or every known one
+        under ``discovery="sampled"``).
+        """
+        by_pid = self.evaluation_candidates(grid)
         messages = self.evaluation_messages(rnd, by_pid, sorted(by_pid))
         if MessageType.EVALUATE not in self.pending:
             return RoundLog(round=rnd)

@@ -80,19 +80,20 @@ class FlowerStrategyAPI(Strategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """Flower API: the global state to ``fraction_evaluate`` of the online nodes."""
+        """Flower API: the global state to ``fraction_evaluate`` of the candidate nodes.
+
+        The candidates are the online nodes (:meth:`BouquetStrategy.evaluation_candidates`):
+        under ``discovery="sampled"`` only those the run already knows, so no hello is sent.
+        """
         strategy = _bouquet(self)
         if strategy.federation.fraction_evaluate <= 0:
             return []
-        by_pid = strategy.discover(grid)
+        by_pid = strategy.evaluation_candidates(grid)
         available = sorted(by_pid)
         k = int(np.ceil(strategy.federation.fraction_evaluate * len(available)))
         k = max(min(k, len(available)), min(strategy.federation.min_evaluate_nodes, len(available)))
         rng = np.random.default_rng([strategy.common.seed, server_round, 11])
         chosen = sorted(available[i] for i in rng.choice(len(available), size=k, replace=False))
-        if strategy.federation.discovery == "sampled":  # node ids: introduce the chosen ones
-            by_pid = strategy.introduce(grid, chosen)
-            chosen = sorted(by_pid)
         return strategy.evaluation_messages(server_round, by_pid, chosen, config)
 
     def aggregate_evaluate(
