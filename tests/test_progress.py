@@ -139,3 +139,28 @@ def test_a_plain_flower_start_shows_waiting_and_rounds(tmp_path: Path) -> None:
     assert lines[0] == "[bouquet] waiting for nodes: 2/3 online"
     assert [x.split(" | ")[0] for x in lines[1:]] == ["[bouquet] round 1/2", "[bouquet] round 2/2"]
     assert "replies 3/3" in lines[1] and rounds_seen == [1, 2]
+
+
+def test_replies_count_the_training_phase_only_in_a_round_with_federated_evaluation() -> None:
+    """The evaluation phase's missing replies read "replies -1/2" before: the round record's
+    ``missing`` totals both phases. The record now carries each phase's own counts."""
+    from bouquet.apps.recorder import round_record
+
+    train = RoundLog(round=1, clients=2, sampled=[0, 1])
+    evaluate = RoundLog(round=1, clients=2, missing=3, sampled=[0, 1, 2, 3, 4],
+                        metrics={"accuracy": 0.5})
+    rep = RoundReport(round=1, train=train, evaluate=evaluate, central={}, wall_s=0.0)
+    record = round_record(rep)
+    assert (record["sampled"], record["missing"]) == (2, 3)  # the totals plots read, unchanged
+    assert record["phases"] == {
+        "train": {"sampled": 2, "clients": 2, "rejected": 0, "errors": 0, "missing": 0},
+        "evaluate": {"sampled": 5, "clients": 2, "rejected": 0, "errors": 0, "missing": 3}}
+    out = io.StringIO()
+    RunProgress(1, out=out, clock=Clock())(Strategy(), rep)  # type: ignore[arg-type]
+    assert "replies 2/2 |" in out.getvalue()
+
+
+def test_a_record_of_an_earlier_release_without_phases_still_reads() -> None:
+    from bouquet.apps.progress import replies_text
+
+    assert replies_text({"sampled": 5, "missing": 1, "rejected": 1}) == "replies 4/5 (1 rejected)"

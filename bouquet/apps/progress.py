@@ -92,7 +92,15 @@ class ProgressState:
 
 
 def replies_text(record: Mapping[str, Any]) -> str:
-    """``replies 4/5`` (received of expected), with what was not used."""
+    """``replies 4/5`` (received of expected) of the training phase, with what was not used.
+
+    Read from the round record's ``phases["train"]`` (one phase's counts: the top-level
+    ``missing`` also counts the evaluation phase's); a record without ``phases`` (a results
+    file of an earlier release) has only the totals.
+    """
+    phases = record.get("phases")
+    if isinstance(phases, Mapping) and isinstance(phases.get("train"), Mapping):
+        record = phases["train"]
     expected = int(record.get("sampled", 0))
     received = expected - int(record.get("missing", 0))
     text = f"replies {received}/{expected}"

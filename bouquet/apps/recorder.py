@@ -40,17 +40,28 @@ def merge_failures(rlog: RoundLog, other: RoundLog) -> None:
 
 
 def round_record(report: RoundReport) -> dict[str, Any]:
-    """The ``metrics.jsonl`` line of a round (the evaluation phase's bytes and failures added)."""
+    """The ``metrics.jsonl`` line of a round (the evaluation phase's bytes and failures added).
+
+    The top-level ``sampled`` and ``clients`` are the training phase's; ``rejected``,
+    ``errors`` and ``missing`` total both phases (what plots and reports read). ``phases``
+    holds each phase's own counts (:meth:`RoundLog.counts`): ``{"train": {...}, "evaluate":
+    {...}}``, the evaluation entry only in a round with federated evaluation, so that received
+    of expected replies is read within one phase.
+    """
     rlog = RoundLog(**{**report.train.__dict__, "failures": list(report.train.failures)})
     if report.evaluate is not None:
         merge_failures(rlog, report.evaluate)
         rlog.up_bytes += report.evaluate.up_bytes
         rlog.down_bytes += report.evaluate.down_bytes
+    phases = {"train": report.train.counts()}
+    if report.evaluate is not None:
+        phases["evaluate"] = report.evaluate.counts()
     return {
         "round": report.round, **report.evaluation(), **rlog.metrics,
         "up_bytes": rlog.up_bytes, "down_bytes": rlog.down_bytes, "clients": rlog.clients,
         "sampled": len(rlog.sampled), "rejected": rlog.rejected, "errors": rlog.errors,
-        "missing": rlog.missing, "failures": rlog.failures, "wall_s": report.wall_s,
+        "missing": rlog.missing, "failures": rlog.failures, "phases": phases,
+        "wall_s": report.wall_s,
     }
 
 

@@ -62,6 +62,15 @@ class RoundLog:
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
+    def counts(self) -> dict[str, int]:
+        """The reply counts of this one phase.
+
+        ``sampled`` (messages sent), ``clients`` (replies used), ``rejected``, ``errors``,
+        ``missing``.
+        """
+        return {"sampled": len(self.sampled), "clients": self.clients, "rejected": self.rejected,
+                "errors": self.errors, "missing": self.missing}
+
     def fail(self, kind: str, node_id: int, partition_id: int, reason: str, *,
              logged: bool = False) -> None:
         """Record one failed reply (kind: rejected, error or missing); ``logged``: already logged."""
