@@ -34,8 +34,8 @@ LoRA; one shared grid lets each arm find its own.
 
 Checks (:mod:`bouquet.apps.verdicts`): "FFA-LoRA degrades less than FedIT under DP" and "Fed-SB
 degrades less than FedIT under DP" per epsilon (a drop is the non-private minus the private
-accuracy, each arm at its own chosen lr; inconclusive within two binomial standard errors of a
-difference or the seed spread of the per-seed difference of drops, whichever is larger); "<private
+accuracy, each arm at its own chosen lr; inconclusive within two binomial standard errors of the
+difference of drops or the seed spread of the per-seed difference of drops, whichever is larger); "<private
 arm> learns" (two standard errors above the majority rate 0.598); and, non-private, "FFA-LoRA /
 Fed-SB matches or beats FedIT".
 
@@ -179,12 +179,15 @@ def seeds_by_lr(acc: Mapping[str, float]) -> tuple[dict[str, dict[float, float]]
     return means, per_seed
 
 
-def _verdict(diff: float, claim_holds: bool, floor: float = 0.0) -> str:
+def _verdict(diff: float, claim_holds: bool, floor: float = 0.0, *, terms: int = 2,
+             seeds: int = 1) -> str:
     """'holds' / 'does not hold', or 'inconclusive' within two binomial standard errors.
 
-    ``floor`` raises the noise floor (the seed spread of the difference).
+    ``diff`` is a signed sum of ``terms`` accuracies near 0.5, each a mean over ``seeds`` runs
+    (2 for a difference of accuracies, 4 for a difference of drops); ``floor`` raises the noise
+    floor (the seed spread of the difference).
     """
-    se = math.sqrt(2 * 0.25 / EVAL_ROWS)  # difference of two accuracies near 0.5
+    se = math.sqrt(terms * 0.25 / (EVAL_ROWS * max(seeds, 1)))
     if abs(diff) < max(2 * se, floor):
         why = (f"the seed spread {floor:.3f}" if floor > 2 * se
                else f"2 standard errors = {2 * se:.3f}")
@@ -198,8 +201,9 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
 
     An arm's drop is its non-private accuracy minus its private one, each at its own chosen lr
     (seed means). "X degrades less than FedIT" holds when FedIT's drop exceeds X's by more than
-    the noise floor: two binomial standard errors of a difference, or the spread over seeds of
-    the per-seed difference of drops when that is larger (each seed's runs at the chosen lrs).
+    the noise floor: two binomial standard errors of a difference of drops (four accuracies,
+    each a mean over the seeds), or the spread over seeds of the per-seed difference of drops when
+    that is larger (each seed's runs at the chosen lrs).
     """
     means, per_seed = seeds_by_lr(acc)
     _, chosen, _ = tuned(acc)
@@ -230,7 +234,8 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
                         f"{chosen[names[m][1]]:g}); per-seed difference of drops "
                         + ", ".join(f"{x:+.3f}" for x in paired))
             out.append((f"{short} degrades less than FedIT under DP ({key}, {label} ranks)",
-                        _verdict(diff, diff > 0, floor), measured))
+                        _verdict(diff, diff > 0, floor, terms=4,
+                                 seeds=len(paired)), measured))
     return out
 
 
