@@ -15,17 +15,46 @@ def _without(cfg: Any, *keys: str) -> dict[str, Any]:
 def test_lora_suite_tunes_every_arm_on_the_same_lr_grid_and_budget() -> None:
     suite = load_suite("lora")
     for quick in (True, False):
+        level = "quick" if quick else "full"
         runs = [r for r in suite.runs(quick) if suite.arm_of(r.name) is not None]
         grids: dict[str, list[float]] = {}
+        seeds: dict[tuple[str, float], list[int]] = {}
         for r in runs:
             arm, lr = suite.arm_of(r.name)
             assert r.config["lr"] == lr
             grids.setdefault(arm, []).append(lr)
-        grid = list(suite.LR_GRID["quick" if quick else "full"])
-        assert len(grids) >= 6 and all(sorted(g) == grid for g in grids.values())
-        budget = {"num-server-rounds", "local-steps", "batch-size", "fraction-train", "seed",
-                  "partition", "lora.optimizer"}
+            seeds.setdefault((arm, lr), []).append(r.config["seed"])
+            assert r.clients == suite.CLIENTS
+        grid = list(suite.LR_GRID[level])
+        assert len(grids) >= 9
+        assert all(sorted(set(g)) == grid for g in grids.values())
+        # every (arm, lr) on the same seeds (at least 2), so that seed means are comparable
+        assert {tuple(sorted(s)) for s in seeds.values()} == {tuple(suite.SEEDS[level])}
+        assert len(suite.SEEDS[level]) >= 2
+        budget = {"num-server-rounds", "local-steps", "batch-size", "fraction-train",
+                  "partition", "lora.optimizer", "dp.max-grad-norm", "dp.delta"}
         assert len({tuple(sorted((k, r.config[k]) for k in budget)) for r in runs}) == 1
+
+
+def test_lora_private_arms_differ_from_their_reference_only_by_dp() -> None:
+    suite = load_suite("lora")
+    runs = {r.name: r for r in suite.runs(True)}
+    eps_seen: set[float] = set()
+    for name, r in runs.items():
+        if "-eps" not in name:
+            continue
+        arm, lr, seed = suite.parse_run(name)
+        ref = runs[f"{arm.rsplit('-', 1)[0]}-nodp-lr{lr:g}-s{seed}"]
+        assert _without(r.config, "dp.enabled", "dp.target-epsilon") == ref.config
+        assert r.config["dp.enabled"] is True
+        eps_seen.add(r.config["dp.target-epsilon"])
+    assert eps_seen == {3.0, 10.0}
+
+
+def _lora_summaries(acc: dict[str, dict[float, list[float]]]) -> dict[str, Any]:
+    return {f"{arm}-lr{lr:g}-s{seed}": {"final": {"accuracy": a}}
+            for arm, by_lr in acc.items() for lr, seeds in by_lr.items()
+            for seed, a in enumerate(seeds)}
 
 
 def test_lora_report_picks_each_arms_best_lr_and_prints_it(tmp_path: Path) -> None:
@@ -41,6 +70,48 @@ def test_lora_report_picks_each_arms_best_lr_and_prints_it(tmp_path: Path) -> No
     assert "| fed-sb-r40-matched-nodp | 0.005 | 0.660 |" in text  # a tie goes to the smaller lr
     # the papers' check compares the tuned arms, not one shared lr
     assert "ffa-lora 0.720 vs FedIT 0.700" in text
+
+
+def test_lora_report_chooses_the_lr_on_the_seed_mean(tmp_path: Path) -> None:
+    suite = load_suite("lora")
+    # lr 0.02 wins seed 0 but loses on the mean over both seeds
+    acc = {"fedit-r2-matched-nodp": {0.005: [0.70, 0.70], 0.02: [0.74, 0.60]}}
+    text = suite.report(_lora_summaries(acc), tmp_path)
+    assert "| fedit-r2-matched-nodp | 0.005 | 0.700 | 0.700 ± 0.000 | 0.670 ± 0.070 |" in text
+
+
+def test_lora_report_gives_the_dp_ordering_verdicts(tmp_path: Path) -> None:
+    from bouquet.apps.verdicts import read_checks
+
+    suite = load_suite("lora")
+    acc = {  # per lr, per seed
+        "fedit-r2-matched-nodp": {0.005: [0.74, 0.76], 0.02: [0.60, 0.60]},
+        "fedit-r2-matched-eps3": {0.005: [0.60, 0.60], 0.02: [0.62, 0.60]},
+        "ffa-lora-r4-matched-nodp": {0.005: [0.70, 0.70], 0.02: [0.74, 0.74]},
+        "ffa-lora-r4-matched-eps3": {0.005: [0.72, 0.71], 0.02: [0.60, 0.60]},
+        "fed-sb-r40-matched-nodp": {0.005: [0.74, 0.76], 0.02: [0.70, 0.70]},
+        "fed-sb-r40-matched-eps3": {0.005: [0.61, 0.61], 0.02: [0.60, 0.60]},
+        # at epsilon 10 the seeds disagree: the seed spread, not the mean, decides
+        "fedit-r2-matched-eps10": {0.005: [0.60, 0.74], 0.02: [0.60, 0.60]},
+        "ffa-lora-r4-matched-eps10": {0.005: [0.74, 0.60], 0.02: [0.60, 0.60]},
+        "fed-sb-r40-matched-eps10": {0.005: [0.74, 0.60], 0.02: [0.60, 0.60]},
+    }
+    suite.report(_lora_summaries(acc), tmp_path)
+    read = read_checks(tmp_path)
+    assert read is not None
+    checks = {c.claim: c for c in read[1]}
+    # FedIT drops 0.75 - 0.61 = 0.14, FFA-LoRA 0.74 - 0.715 = 0.025 (each at its own lr)
+    ffa = checks["FFA-LoRA degrades less than FedIT under DP (eps3, matched ranks)"]
+    assert ffa.verdict == "holds" and "drop FedIT +0.140" in ffa.measured
+    # Fed-SB drops as much as FedIT: within the noise
+    sb = checks["Fed-SB degrades less than FedIT under DP (eps3, matched ranks)"]
+    assert sb.verdict == "inconclusive"
+    wide = checks["FFA-LoRA degrades less than FedIT under DP (eps10, matched ranks)"]
+    assert wide.verdict == "inconclusive" and "seed spread" in wide.measured
+    assert checks["fedit-r2-matched-eps3 learns (above the majority rate 0.598)"].verdict == \
+        "does not hold"
+    assert checks["ffa-lora-r4-matched-eps3 learns (above the majority rate 0.598)"].verdict == \
+        "holds"
 
 
 def test_bandits_suite_runs_the_non_private_arm_clipped_like_the_private_ones() -> None:
