@@ -46,7 +46,8 @@ demo: setup
 	  --set preset=label-skew
 
 # The suite runs on every core (pytest-xdist, PYTEST_WORKERS=0 to run it in one process); tests
-# that must not overlap share an xdist_group (e.g. "fleet": one SuperLink fleet at a time).
+# that must not overlap share an xdist_group ("fleet": the reliability fleets, one at a time;
+# "fleet-healthy": the tests that share one healthy fleet, tests/conftest.py).
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 

@@ -3,6 +3,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,3 +25,27 @@ def no_rt_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     client_app._task.cache_clear()
     yield
     client_app._task.cache_clear()
+
+
+# The tests that only need a healthy fleet share one (``healthy_fleet``, xdist group
+# "fleet-healthy") and run beside the "fleet" group (tests/test_reliability_deploy.py, which
+# kills, restarts and times fleets of its own): every fleet picks free ports and has its own
+# folders and FLWR_HOMEs, so the two groups cannot meet.
+
+
+@pytest.fixture(scope="session")
+def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A SuperLink and 2 SuperNodes (TLS, SuperNode authentication) shared by the tests of the
+    ``fleet-healthy`` group; each runs its own runs on it (own run names and results folders).
+
+    When it stops, no process of it may be left (checked here, after its last user).
+    """
+    from bouquet.apps.deploy import LocalFleet
+    from bouquet.apps.simulation import live_pids, pids_mentioning
+
+    workdir = tmp_path_factory.mktemp("healthy") / "fleet"
+    with LocalFleet(2, workdir=workdir) as fleet:
+        yield fleet
+        pids = [p.pid for p in fleet.procs.values()]
+    assert live_pids(pids) == []
+    assert live_pids(pids_mentioning(str(workdir))) == []

@@ -99,10 +99,10 @@ def _installed_apps(fleet_dir: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("fleet")  # one fleet at a time (tests/test_reliability_deploy.py)
-def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("fleet-healthy")  # shares the healthy fleet (tests/conftest.py)
+def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) -> None:
     """flwr build, extract, then a SuperLink and 2 SuperNodes run FedAvg and SCAFCOM from it."""
-    from bouquet.apps.deploy import CONNECTION, LocalFleet
+    from bouquet.apps.deploy import CONNECTION
     from bouquet.apps.simulation import flower_env, run_config_arg
 
     build = subprocess.run([str(Path(sys.executable).parent / "flwr"), "build", "--app", str(ROOT)],
@@ -118,26 +118,26 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path) -> None:
     common: dict[str, Any] = {"num-server-rounds": 2, "local-steps": 2, "round-timeout": 120.0,
                               "sample-deadline": 120.0, "min-train-nodes": 2,
                               "results-dir": str(tmp_path / "results")}
-    with LocalFleet(2, workdir=tmp_path / "fleet") as fleet:
-        summaries = {m: json.loads(fleet.run({**common, "method": m, "run-name": m},
-                                             timeout=900, app=app).read_text())
-                     for m in ("fedavg", "scafcom")}
-        installed = _installed_apps(fleet.dir)
-        # A FAB built for another version is refused, in one line naming both versions.
-        other = tmp_path / "other-fab"
-        shutil.copytree(app, other)
-        text = (other / "pyproject.toml").read_text()
-        (other / "pyproject.toml").write_text(text.replace(
-            f'version = "{bouquet.__version__}"', 'version = "9.9.9"', 1))
-        try:
-            out = fleet.flwr("run", str(other), CONNECTION, "--stream", "--run-config",
-                             run_config_arg({**common, "method": "fedavg", "run-name": "other"}),
-                             timeout=300)
-        except RuntimeError as exc:  # flwr run may also exit non-zero for a failed run
-            out = str(exc)
-        except subprocess.TimeoutExpired:
-            out = "flwr run of the other FAB did not end within 300 s\n"
-        logs = out + "".join(p.read_text(errors="replace") for p in fleet.dir.glob("*.log"))
+    fleet = healthy_fleet  # shared; tests/conftest.py stops it and checks no process is left
+    summaries = {m: json.loads(fleet.run({**common, "method": m, "run-name": m},
+                                         timeout=900, app=app).read_text())
+                 for m in ("fedavg", "scafcom")}
+    installed = _installed_apps(fleet.dir)
+    # A FAB built for another version is refused, in one line naming both versions.
+    other = tmp_path / "other-fab"
+    shutil.copytree(app, other)
+    text = (other / "pyproject.toml").read_text()
+    (other / "pyproject.toml").write_text(text.replace(
+        f'version = "{bouquet.__version__}"', 'version = "9.9.9"', 1))
+    try:
+        out = fleet.flwr("run", str(other), CONNECTION, "--stream", "--run-config",
+                         run_config_arg({**common, "method": "fedavg", "run-name": "other"}),
+                         timeout=300)
+    except RuntimeError as exc:  # flwr run may also exit non-zero for a failed run
+        out = str(exc)
+    except subprocess.TimeoutExpired:
+        out = "flwr run of the other FAB did not end within 300 s\n"
+    logs = out + "".join(p.read_text(errors="replace") for p in fleet.dir.glob("*.log"))
     for method, summary in summaries.items():
         assert summary["method"] == method and summary["rounds"] == 2
         assert summary["failures"] == {"errors": 0, "rejected": 0, "missing": 0}

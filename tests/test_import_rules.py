@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import pkgutil
 import subprocess
 import sys
@@ -158,3 +159,55 @@ def test_clients_take_only_configs_and_shared_math_from_strategies() -> None:
             if name not in CLIENT_USES_OF_STRATEGIES.get(module, set()):
                 bad.append(f"{path.name}: from {module} import {name}")
     assert bad == []
+
+
+#: Strategy modules that define a method's strategy (what ``bouquet.strategies`` re-exports); a
+#: node that imports the ClientApp must load none of them, nor scipy (issue 17, target 3).
+_LAZY_PROBE = r"""
+import json, sys
+import bouquet.apps.client_app
+import bouquet.apps.registry as registry
+after_import = sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'torch')
+                      or m in {homes!r})
+registry.get_method('fedavg')
+registry.get_method('scafcom')
+from bouquet.apps.config import full_run_config, resolve
+resolve(full_run_config({{'method': 'scafcom'}}))
+after_message = sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'torch'))
+print(json.dumps([after_import, after_message]))
+"""
+
+
+def test_the_client_app_imports_no_strategy_module_and_no_scipy() -> None:
+    """Importing the ClientApp (and resolving a scafcom run config) loads no scipy.
+
+    ``bouquet.strategies`` loads its names on first use, and scipy is imported where a plan
+    is solved or a privacy profile computed, so a ClientApp process per message (Flower's
+    deployment) no longer pays about 2 s for modules its method never uses.
+    """
+    from bouquet import strategies
+
+    homes = sorted({f"bouquet.strategies.{m}" for m in strategies._HOMES.values()})
+    proc = subprocess.run([sys.executable, "-c", _LAZY_PROBE.format(homes=homes)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after_import, after_message = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert after_import == []
+    assert after_message == []
+
+
+def test_the_strategies_package_loads_its_names_on_first_use() -> None:
+    code = ("import sys, bouquet.strategies as s\n"
+            "assert 'bouquet.strategies.scaffold' not in sys.modules\n"
+            "from bouquet.strategies import Scafcom\n"
+            "assert Scafcom is sys.modules['bouquet.strategies.scaffold'].Scafcom\n"
+            "assert 'Scafcom' in dir(s)\n"
+            "try:\n    s.NoSuchStrategy\nexcept AttributeError:\n    print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_every_public_strategy_name_has_a_home() -> None:
+    from bouquet import strategies
+
+    assert sorted(strategies.__all__) == sorted(strategies._HOMES)

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,16 +41,13 @@ def test_bad_run_config_fails_before_training(tmp_path: Path) -> None:
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
 
 
-@pytest.mark.xdist_group("fleet")  # one fleet at a time (tests/test_reliability_deploy.py)
-def test_deploy_local_over_tls_with_authentication(tmp_path: Path) -> None:
-    from bouquet.apps.deploy import LocalFleet
-
-    with LocalFleet(2, workdir=tmp_path / "fleet") as fleet:
-        summary = fleet.run({"method": "fedavg", "num-server-rounds": 2,
-                             "results-dir": str(tmp_path), "run-name": "dep"}, timeout=600)
-        pids = [p.pid for p in fleet.procs.values()]
+@pytest.mark.xdist_group("fleet-healthy")  # shares the healthy fleet (tests/conftest.py)
+def test_deploy_local_over_tls_with_authentication(tmp_path: Path, healthy_fleet: Any) -> None:
+    """A run on the shared TLS + authentication fleet; the fixture checks that no process of
+    the fleet is left when it stops."""
+    summary = healthy_fleet.run({"method": "fedavg", "num-server-rounds": 2,
+                                 "results-dir": str(tmp_path), "run-name": "dep"}, timeout=600)
     s = json.loads(summary.read_text())
     assert s["rounds"] == 2 and s["failures"] == {"errors": 0, "rejected": 0, "missing": 0}
-    assert live_pids(pids) == []
-    assert live_pids(pids_mentioning(str(tmp_path / "fleet"))) == []
-    assert os.path.exists(tmp_path / "fleet" / "certs" / "ca.crt")
+    assert os.path.exists(healthy_fleet.dir / "certs" / "ca.crt")
+    assert healthy_fleet.secure and healthy_fleet.tls["ca"] == healthy_fleet.dir / "certs" / "ca.crt"

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import brentq
-from scipy.stats import norm
+# scipy.stats and scipy.optimize (about 1.2 s to import) are imported where they are used, not
+# with the module: a node imports this module through the method registry's config classes and
+# may never compute a privacy profile (issue 17, target 3).
 
 
 def delta_at(epsilon: float, mu: float) -> float:
@@ -28,6 +29,8 @@ def delta_at(epsilon: float, mu: float) -> float:
         return 0.0
     if math.isinf(mu):
         return 1.0
+    from scipy.stats import norm
+
     first = float(norm.cdf(-epsilon / mu + mu / 2.0))
     second = math.exp(epsilon + float(norm.logcdf(-epsilon / mu - mu / 2.0)))
     return max(0.0, first - second)
@@ -47,6 +50,8 @@ def epsilon_at(mu: float, delta: float) -> float:
         return math.inf
     if delta_at(0.0, mu) <= delta:
         return 0.0
+    from scipy.optimize import brentq
+
     hi = mu * mu / 2.0 + mu * math.sqrt(2.0 * math.log(1.0 / delta)) + 1.0
     while delta_at(hi, mu) > delta:  # pragma: no cover - the bracket above always holds
         hi *= 2.0
@@ -61,6 +66,8 @@ def mu_for(epsilon: float, delta: float) -> float:
     """
     if epsilon <= 0.0 or not 0.0 < delta < 1.0:
         raise ValueError("need epsilon > 0 and 0 < delta < 1")
+    from scipy.optimize import brentq
+
     hi = 1.0
     while delta_at(epsilon, hi) < delta:
         hi *= 2.0

@@ -41,7 +41,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy.optimize import linprog, minimize_scalar
+
+# scipy.optimize (about 0.9 s to import) is imported where a plan is solved, not with the module:
+# a node imports FedcgConfig through the method registry and never solves a plan.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +128,8 @@ def solve(compute_s: np.ndarray, upload_s: np.ndarray, weights: np.ndarray, lam:
         Smallest keep-ratio.
 
     """
+    from scipy.optimize import linprog
+
     a, u, w = _inputs(compute_s, upload_s, weights)
     m = a.size
     # Variables x = [T, theta_1..theta_m]; the constant lam * sum(w) is added back afterwards.
@@ -174,6 +178,8 @@ def solve_convex(compute_s: np.ndarray, upload_s: np.ndarray, weights: np.ndarra
 
     best_t = lo if value(lo) <= value(hi) else hi
     if hi > lo:
+        from scipy.optimize import minimize_scalar
+
         res = minimize_scalar(value, bounds=(lo, hi), method="bounded",
                               options={"xatol": 1e-9 * max(hi, 1.0)})
         if res.success and value(float(res.x)) < value(best_t):
