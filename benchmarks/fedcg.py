@@ -29,7 +29,7 @@ client and round. The real models are tiny, so the time model charges a **virtua
 parameters** (AlexNet-sized, as the reference suggests) with 32-bit values plus index bits per
 kept coordinate; measured uplink bytes are those of the real model.
 
-Quick: digits-mlp, 2 classes per client (pathological), 40 rounds, seeds 0-1, target 0.8.
+Quick: digits-mlp, 2 classes per client (pathological), 40 rounds, seeds 0-2, target 0.8.
 Full: fmnist-cnn, same skew, 100 rounds, seeds 0-2, target 0.7.
 
 Run: ``python -c "from bouquet.apps.bench import run_suite; from pathlib import Path;
@@ -85,7 +85,7 @@ def _setting(quick: bool) -> tuple[dict[str, Any], list[int]]:
     if quick:
         common.update({"task": "digits-mlp", "num-server-rounds": 40, "local-steps": 20,
                        "lr": 0.05, "target-accuracy": 0.8})
-        return common, [0, 1]
+        return common, [0, 1, 2]
     common.update({"task": "fmnist-cnn", "num-server-rounds": 100, "local-steps": 20,
                    "lr": 0.05, "target-accuracy": 0.7})
     return common, [0, 1, 2]

@@ -137,3 +137,13 @@ def test_bandits_report_says_not_measured_for_arms_not_run() -> None:
     assert suite._mark(nan < 1.0, nan, 1.0) == "not measured"
     assert suite._mark(0.5 < 1.0, 0.5, 1.0) == "holds"
     assert suite._mark(2.0 < 1.0, 2.0, 1.0) == "**does not hold**"
+
+
+def test_fedcg_suite_runs_every_arm_over_three_seeds_in_both_variants() -> None:
+    # issue 14: FedCG's claims are checked over 3 seeds, also in the quick (digits) variant
+    suite = load_suite("fedcg")
+    for quick in (True, False):
+        seeds: dict[str, set[int]] = {}
+        for r in suite.runs(quick):
+            seeds.setdefault(r.name.rsplit("-s", 1)[0], set()).add(r.config["seed"])
+        assert seeds and all(s == {0, 1, 2} for s in seeds.values())
