@@ -141,11 +141,12 @@ def test_grid_discovery_caps_an_inflated_weight_at_the_round_median_rule() -> No
         return NodeReply(pid, pid, rec, 0, 0)
 
     replies = [reply(0, 50), reply(1, 40), reply(2, 60), reply(3, 10**6)]
-    cap_undeclared_weights(replies, NodeDirectory(), factor=10.0, train=False)
+    cap_undeclared_weights(replies, NodeDirectory(), factor=10.0, train=False,
+                           discovery="grid")
     assert [r.content["metrics"]["num-examples"] for r in replies] == [50, 40, 60, 550]
     declared = [reply(0, 50), reply(1, 40), reply(2, 10**6)]
     cap_undeclared_weights(declared, NodeDirectory(sizes={2: 10**6}), factor=10.0,
-                           train=False)  # the declared node is check_weight's, not clipped here
+                           train=False, discovery="grid")  # the declared node is check_weight's
     assert declared[2].content["metrics"]["num-examples"] == 10**6
 
     grid = LocalGrid(4, {}, client=quickstart_app())
@@ -331,15 +332,136 @@ def test_grid_claims_admitted_earlier_bound_a_later_round_of_two_and_are_checkpo
 
     strategy = FedAvg()
     strategy.directory.partitions = {p: p for p in range(20)}
-    cap_undeclared_weights([reply(0, 50), reply(1, 40), reply(2, 60)], strategy.directory,
-                           factor=10.0, train=True)
+    strategy.directory.claims.update(cap_undeclared_weights(
+        [reply(0, 50), reply(1, 40), reply(2, 60)], strategy.directory, factor=10.0,
+        train=True, discovery="grid"))
     restored = FedAvg()
     restored.load_state_dict(strategy.state_dict())
     assert restored.directory.claims == {0: 50, 1: 40, 2: 60}
     later = [reply(3, 10**9), reply(4, 45)]
-    cap_undeclared_weights(later, restored.directory, factor=10.0, train=True)
+    claims = cap_undeclared_weights(later, restored.directory, factor=10.0, train=True,
+                                    discovery="grid")
     assert [r.content["metrics"]["num-examples"] for r in later] == [500, 45]  # 10 x median 50
-    assert restored.directory.claims[3] == 500  # the clipped claim is what is remembered
+    assert claims == {3: 10**9, 4: 45}  # the raw claims are what is remembered
+
+
+class _ListedGrid:
+    """Just ``get_node_ids``: the node ids a grid lists now."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.ids)
+
+
+def test_a_node_reconnecting_each_round_with_a_huge_claim_does_not_ratchet_the_grid_median(
+        ) -> None:
+    """Three honest nodes claim 100; an attacker restarts its SuperNode every round (a new node
+    id each time) claiming 10^9. Before, every stale id kept its clipped claim (10x the median)
+    in the median: the attacker's share reached 0.971 at round 5, 0.997 at round 10. Now only
+    online nodes' raw claims count: its share stays at the per-round bound 1000/1300."""
+    from bouquet.schema import CommonConfig
+    from bouquet.strategies.admission import cap_undeclared_weights
+    from bouquet.strategies.directory import NodeDirectory
+    from bouquet.strategies.round_log import NodeReply
+
+    def reply(pid: int, n: int) -> NodeReply:
+        return NodeReply(pid, pid, RecordDict({"metrics": MetricRecord({"num-examples": n})}),
+                         0, 0)
+
+    directory = NodeDirectory()
+    honest = [1, 2, 3]
+    shares = []
+    for rnd in range(1, 21):
+        attacker = 100 + rnd
+        directory.discover(_ListedGrid([*honest, attacker]), CommonConfig(), discovery="grid",
+                           method="fedavg", wanted=4)
+        replies = [reply(p, 100) for p in honest] + [reply(attacker, 10**9)]
+        directory.claims.update(cap_undeclared_weights(replies, directory, 10.0, train=True,
+                                                       discovery="grid"))
+        weights = [int(r.content["metrics"]["num-examples"]) for r in replies]  # type: ignore[arg-type]
+        shares.append(weights[-1] / sum(weights))
+    assert max(shares) <= 1000 / 1300 + 1e-9
+    assert set(directory.claims) == {*honest, 120}  # offline ids forgotten
+
+
+def test_query_discovery_weights_are_the_median_rule_alone() -> None:
+    """Under ``"query"`` every online node declared at hello; one that declared nothing (0, or
+    a refused hello) is not weighed. Before, a 5000-row node in a federation of three online
+    nodes with two positive declarations was clipped to 100 (equal weights)."""
+    from bouquet.strategies.admission import cap_undeclared_weights
+    from bouquet.strategies.round_log import NodeReply
+
+    for sizes in ({0: 100, 1: 5000}, {0: 100, 1: 5000, 2: 0}):
+        strategy = FedAvg(discovery="query")
+        strategy.directory.sizes = dict(sizes)
+        strategy.directory.online = 3
+        content = RecordDict({"metrics": MetricRecord({"num-examples": 5000})})
+        strategy.check_weight(1, content)
+        assert content["metrics"]["num-examples"] == 5000
+    strategy.directory.sizes = {0: 100, 1: 120, 2: 110, 3: 5000}  # three or more: the median
+    content = RecordDict({"metrics": MetricRecord({"num-examples": 5000})})
+    strategy.check_weight(3, content)
+    assert content["metrics"]["num-examples"] == 1150
+    undeclared = [NodeReply(p, p, RecordDict({"metrics": MetricRecord({"num-examples": n})}),
+                            0, 0) for p, n in ((7, 40), (8, 10**6))]
+    strategy.directory.online = 20
+    assert cap_undeclared_weights(undeclared, strategy.directory, 10.0, train=True,
+                                  discovery="query") == {}
+    assert [r.content["metrics"]["num-examples"] for r in undeclared] == [40, 10**6]
+
+
+def test_the_equal_weights_fallback_clips_training_weights_only() -> None:
+    """Early sampled rounds (two of 20 nodes declared, one of them 1 example): training weights
+    are equal, but the 5000-row node's step budget, declared size (FedCG's weight) and
+    evaluation weight are not cut to 1."""
+    strategy = FedAvg(discovery="sampled")  # local-steps 0: the budget follows the size
+    strategy.directory.sizes = {0: 1, 1: 5000}
+    strategy.directory.online = 20
+    assert strategy.weight_cap() == 1.0
+    assert strategy.declared_size(1) == 5000
+    steps = strategy.common.local_epochs * -(-5000 // strategy.common.batch_size)
+    assert strategy.max_local_steps(1, clipped=True) == strategy.max_local_steps(1) == steps
+    content = RecordDict({"metrics": MetricRecord({"num-examples": 5000})})
+    strategy.clip_evaluation_weight(content)
+    assert content["metrics"]["num-examples"] == 5000
+    strategy.check_weight(1, content)
+    assert content["metrics"]["num-examples"] == 1
+
+
+def test_the_equal_weights_log_counts_only_positive_sizes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A node that declared 0 is no known size: the log said 'only 3 node size(s) known, fewer
+    than the 3' before."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="bouquet")
+    strategy = FedAvg(discovery="sampled")
+    strategy.directory.sizes = {0: 100, 1: 5000, 2: 0}
+    strategy.directory.online = 20
+    assert strategy.weight_cap() == 100.0
+    assert any("only 2 node size(s) known" in r.message for r in caplog.records)
+
+
+def test_a_round_undone_at_aggregation_leaves_no_grid_claim_behind(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``aggregate_safely`` rejects the round's replies: their claims must not be remembered."""
+    from bouquet.wire.validation import InvalidReply
+
+    def refuse(rnd: int, replies: list[object]) -> dict[str, float]:
+        raise InvalidReply("refused")
+
+    kept = FedAvg(min_available_nodes=3, sample_deadline=5.0, fraction_evaluate=0.0)
+    kept.start(grid=LocalGrid(3, {}, client=quickstart_app()), initial_arrays=initial(),
+               num_rounds=1, timeout=10)
+    assert len(kept.directory.claims) == 3  # an admitted round is remembered
+    undone = FedAvg(min_available_nodes=3, sample_deadline=5.0, fraction_evaluate=0.0)
+    monkeypatch.setattr(undone, "aggregate_round", refuse)
+    undone.start(grid=LocalGrid(3, {}, client=quickstart_app()), initial_arrays=initial(),
+                 num_rounds=1, timeout=10)
+    assert undone.last_log["train"].clients == 0
+    assert undone.directory.claims == {}
 
 
 def test_federated_evaluation_under_sampled_discovery_says_hello_to_no_one_new() -> None:

@@ -40,7 +40,12 @@ Which version is restored (a node with no ``bouquet.persistence`` marker in ``co
   flushed to the disk *before* anything is deleted, also when only the accountant is carried
   (every version was of a later round): the node may die at any point and still restore the
   whole privacy it spent;
-* none, and a new run: nothing (stale versions of an earlier run with the same name are deleted).
+* none, and a new run: no model state; stale versions of an earlier run with the same name are
+  deleted, but the longest privacy accountant among them (if any) is carried, the same way: it
+  is saved under this run as a version of round ``rnd - 1`` (round 0 for the first message),
+  flushed to the disk, before they are deleted. That is the safe direction: a node never
+  under-reports the privacy it spent under that name (it may over-report, if the earlier run
+  was unrelated; delete its folder to start from zero).
 
 Versions are saved under the round of the message (``server-round``) and the three newest are
 kept, enough for a server that resumes from its last checkpoint.

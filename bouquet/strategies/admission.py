@@ -127,37 +127,44 @@ def aggregate_safely(strategy: BouquetStrategy, rnd: int, replies: list[NodeRepl
 
 
 def cap_undeclared_weights(replies: list[NodeReply], directory: NodeDirectory, factor: float,
-                           *, train: bool) -> None:
+                           *, train: bool, discovery: str) -> dict[int, int]:
     """Clip ``num-examples`` of nodes that declared no size by the median rule (in place).
 
     With ``discovery="grid"`` no node declares its size, so :func:`check_weight` has only
     ``max-num-examples`` to cap with (none by default): one node claiming 10^9 examples would
     outweigh the rest. The median rule (:func:`~bouquet.strategies.weight_cap.weight_bound`)
-    bounds each claim by the claims known: this phase's and, for training, the last admitted
-    (clipped) claim of every other partition so far in the run (``directory.claims``,
-    checkpointed). With fewer than three known in a larger federation (a round of one or two
-    replies before more are known) the replies weigh equally, so a liar's share of the
-    average is at most that of an honest reply from round 1 on.
+    bounds each claim by the claims known: this phase's and, for a grid training phase, the
+    last admitted *raw* claim of every other node online now (``directory.claims``,
+    checkpointed, pruned to the online nodes at each discovery: a node id that went offline,
+    e.g. a SuperNode restarted under a new id, no longer counts). Raw claims keep the median
+    robust to one liar either way (a stored clipped value would let one low claim deflate the
+    others). With fewer than three known in a larger grid federation (a round of one or two
+    replies before more are known) the replies weigh equally, so a liar's share of the average
+    is at most that of an honest reply from round 1 on. Other discovery modes keep the rule
+    they had: the median of this phase's undeclared claims, once three or more.
+
+    Returns the raw claims of this grid training phase, for the caller to remember in
+    ``directory.claims`` once the round is admitted (a round undone at aggregation leaves no
+    claim behind); ``{}`` otherwise.
     """
     undeclared = [r for r in replies if directory.sizes.get(r.partition_id, 0) <= 0
                   and "metrics" in r.content and "num-examples" in r.content["metrics"]]
     if not undeclared:
-        return
+        return {}
     claims = {r.partition_id: int(r.content.metric_records["metrics"]["num-examples"])  # type: ignore[arg-type]
               for r in undeclared}
-    known = {**directory.claims, **claims} if train else claims
+    grid = discovery == "grid"
+    remember = train and grid
+    known = {**directory.claims, **claims} if remember else claims
     bound = weight_bound(known.values(), factor,
-                         federation=max(directory.online, len(directory.partitions), len(known)))
+                         federation=max(directory.online, len(known)) if grid else 0)
     if bound.equal_weights:
         directory.equal_weights_noted = note_equal_weights(directory.equal_weights_noted,
-                                                           len(known))
+                                                           bound.known)
     for r in undeclared:
-        n = claims[r.partition_id]
-        if n > bound.cap:
-            n = max(1, int(bound.cap))
-            r.content.metric_records["metrics"]["num-examples"] = n
-        if train:
-            directory.claims[r.partition_id] = n
+        if claims[r.partition_id] > bound.cap:
+            r.content.metric_records["metrics"]["num-examples"] = max(1, int(bound.cap))
+    return claims if remember else {}
 
 
 def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Message]
@@ -203,9 +210,11 @@ def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Mess
         rlog.fail("rejected", node_of[pid], pid, reason)
         good = [r for r in good if r.partition_id != pid]
         del norms[pid]
+    claims: dict[int, int] = {}
     if not train or strategy.weighted_by_examples:
-        cap_undeclared_weights(good, strategy.directory, strategy.common.weight_cap_factor,
-                               train=train)
+        claims = cap_undeclared_weights(good, strategy.directory,
+                                        strategy.common.weight_cap_factor, train=train,
+                                        discovery=strategy.federation.discovery)
     rlog.down_bytes = sum(phase.down_bytes.values())
     rlog.clients = len(good)
     if not train:
@@ -213,7 +222,8 @@ def admit(strategy: BouquetStrategy, phase: PendingPhase, replies: Iterable[Mess
     elif good:
         rlog.metrics = strategy.aggregate_safely(
             rnd, sorted(good, key=lambda r: r.partition_id), rlog)
-        if rlog.clients:
+        if rlog.clients:  # admitted: remember its claims (aggregate_safely undoes the rest)
+            strategy.directory.claims.update(claims)
             strategy.remember_norms(
                 [norms[r.partition_id] for r in good if r.partition_id in norms],
                 phase.norm_key)

@@ -38,7 +38,9 @@ class FederationOptions:
         "grid",
         "grid: node ids from grid.get_node_ids(), no message per node (any Flower ClientApp); "
         "the node id stands for the partition, so sampling follows Flower's random ids and no "
-        "data size is declared (weights are bounded by max_num_examples only). query: every "
+        "data size is declared (weights are bounded by max_num_examples and weight_cap_factor "
+        "times the median of the online nodes' claims; equal while fewer than 3 are known). "
+        "query: every "
         "new node is asked once for its partition-id and data size (bouquet's ClientApp): "
         "reproducible partition-keyed sampling in simulation and the median weight cap. "
         "sampled: node ids from the grid, sampled first; only the sampled nodes not yet known "

@@ -360,9 +360,13 @@ class BouquetStrategy(FlowerStrategyAPI):
                                               discovery=self.federation.discovery,
                                               clipped=clipped)
 
+    def weight_cap(self) -> float:
+        """Largest training weight one node may have (:meth:`NodeDirectory.weight_cap`)."""
+        return self.directory.weight_cap(self.common, discovery=self.federation.discovery)
+
     def check_weight(self, partition_id: int, content: RecordDict) -> None:
-        """``num-examples`` at most the declared size; clipped to :meth:`size_cap`."""
-        admission.check_weight(content, self.sizes.get(partition_id, 0), self.size_cap())
+        """``num-examples`` at most the declared size; clipped to :meth:`weight_cap`."""
+        admission.check_weight(content, self.sizes.get(partition_id, 0), self.weight_cap())
 
     def screen_norms(self, norms: Mapping[int, float], key: str = "train") -> dict[int, str]:
         """Partitions whose update norm is out of bounds (:func:`admission.screen_norms`).

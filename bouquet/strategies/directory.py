@@ -62,7 +62,8 @@ class NodeDirectory:
         How many nodes the grid listed at the last discovery (the federation's size under
         ``discovery="sampled"``, where only sampled nodes are known).
     claims : dict[int, int]
-        partition-id -> the last admitted ``num-examples`` of a node that declared no size.
+        partition-id -> the last admitted raw ``num-examples`` claim of each online node that
+        declared no size (``discovery="grid"``).
     equal_weights_noted : bool
         Whether the median rule's fall-back to equal weights was logged.
 
@@ -72,8 +73,8 @@ class NodeDirectory:
     sizes: dict[int, int] = dataclasses.field(default_factory=dict)
     node_errors: NodeErrors = dataclasses.field(default_factory=NodeErrors)
     online: int = 0
-    #: Train-reply ``num-examples`` claims admitted so far, partition-id -> the (clipped) last
-    #: one, for the median rule where no node declares a size (``discovery="grid"``).
+    #: Train-reply ``num-examples`` claims admitted so far, partition-id -> the last raw one of
+    #: each node online now, for the median rule where no node declares a size (``"grid"``).
     claims: dict[int, int] = dataclasses.field(default_factory=dict)
     #: Whether the fall-back to equal weights has been logged (once per server process).
     equal_weights_noted: bool = False
@@ -100,8 +101,9 @@ class NodeDirectory:
                 by_pid = {n: n for n in online}
             else:
                 new = [n for n in online if n not in self.partitions]
-                if new and discovery == "grid":
+                if discovery == "grid":
                     self.partitions.update({n: n for n in new})
+                    self.forget_offline_claims(online)
                 elif new:
                     self.hello(grid, new, method=method, round_timeout=common.round_timeout)
                 by_pid = {self.partitions[n]: n for n in online if n in self.partitions}
@@ -121,6 +123,16 @@ class NodeDirectory:
                 announce("on_waiting", len(by_pid), wanted)
                 shown = len(by_pid)
             time.sleep(1.0)
+
+    def forget_offline_claims(self, online: list[int]) -> None:
+        """Keep only the grid claims of nodes online now (node id = partition under ``"grid"``).
+
+        An id that went offline (a SuperNode restarted under a new node id) no longer counts in
+        the median rule: else one node reconnecting each round with a huge claim would soon
+        outnumber the honest claims and ratchet the median up.
+        """
+        now = set(online)
+        self.claims = {pid: n for pid, n in self.claims.items() if pid in now}
 
     def introduce(self, grid: Grid, node_ids: list[int], *, method: str,
                   round_timeout: float) -> dict[int, int]:
@@ -227,19 +239,35 @@ class NodeDirectory:
 
     # ------------------------------------------------------------------ declared sizes
     def size_cap(self, common: CommonConfig) -> float:
-        """Largest weight one node may have: ``max-num-examples`` and the median rule.
+        """Largest size one node may count for: ``max-num-examples`` and the median rule.
 
         The rule (:func:`~bouquet.strategies.weight_cap.weight_bound`) reads every size declared
-        so far in the run (checkpointed with the partitions). With fewer than three declared in
-        a larger federation (``discovery="sampled"``, early rounds of a tiny sample) every
-        weight is clipped to the smallest declared size: equal weights, logged once.
+        so far in the run (checkpointed with the partitions): with three or more declared, at
+        most ``weight-cap-factor`` times their median. This bounds declared sizes, step budgets
+        and evaluation weights; training weights use :meth:`weight_cap`.
         """
+        return self._cap(common, federation=0)
+
+    def weight_cap(self, common: CommonConfig, *, discovery: str) -> float:
+        """Largest training weight one node may have: :meth:`size_cap` and a fall-back.
+
+        The equal-weights fall-back applies under ``discovery="sampled"`` only.
+
+        With fewer than three sizes declared in a larger sampled federation (early rounds of a
+        tiny sample), every training weight is clipped to the smallest declared size: equal
+        weights, logged once. Only the weights: step budgets and evaluation weights keep
+        :meth:`size_cap`. Under ``"query"`` every online node declared at hello, so the median
+        rule alone applies, as it always did.
+        """
+        return self._cap(common, federation=self.online if discovery == "sampled" else 0)
+
+    def _cap(self, common: CommonConfig, *, federation: int) -> float:
         cap = float(common.max_num_examples) if common.max_num_examples else np.inf
         bound = weight_bound(self.sizes.values(), common.weight_cap_factor,
-                             federation=max(self.online, len(self.sizes)))
+                             federation=federation)
         if bound.equal_weights:
             self.equal_weights_noted = note_equal_weights(self.equal_weights_noted,
-                                                          len(self.sizes))
+                                                          bound.known)
         return max(min(cap, bound.cap), 1.0)
 
     def declared_size(self, partition_id: int, common: CommonConfig) -> int:

@@ -6,9 +6,12 @@ weight once three or more are known (one liar cannot move the median of three). 
 known in a federation that has more nodes (``discovery="sampled"`` with a tiny per-round sample,
 ``"grid"`` rounds of one or two replies), a median of one or two would be the liar's own claim:
 the weights are then equal instead (each clipped to the smallest known size), so one node's
-share of an average of ``k`` replies is at most ``1/k`` from round 1 on. A federation of one or
-two nodes in all keeps its plain weights (there is nothing to compare with; ``max-num-examples``
-bounds them).
+share of an average of ``k`` replies is at most ``1/k`` from round 1 on. The fall-back clips
+training weights only: step budgets, declared sizes and evaluation weights keep the median
+rule alone (``NodeDirectory.size_cap``), and it applies only where the federation holds nodes
+whose size is not known yet (``"sampled"``; ``"grid"`` replies), never under ``"query"``.
+A federation of one or two nodes in all keeps its plain weights (there is nothing to compare
+with; ``max-num-examples`` bounds them).
 """
 
 from __future__ import annotations
@@ -27,10 +30,14 @@ MEDIAN_MIN = 3
 
 @dataclasses.dataclass(frozen=True)
 class WeightBound:
-    """The bound the rule gives: ``cap`` (inf: none) and whether it is the equal-weights one."""
+    """The bound the rule gives: ``cap`` (inf: none), whether it is the equal-weights one.
+
+    ``known`` is how many positive sizes it was computed from.
+    """
 
     cap: float
     equal_weights: bool = False
+    known: int = 0
 
 
 def weight_bound(known: Collection[int], factor: float, *, federation: int) -> WeightBound:
@@ -43,17 +50,19 @@ def weight_bound(known: Collection[int], factor: float, *, federation: int) -> W
     factor : float
         ``weight-cap-factor``; 0 disables the rule.
     federation : int
-        How many nodes the federation has (online, or known, whichever is larger).
+        How many nodes the federation has; the equal-weights fall-back applies only while
+        fewer sizes than this are known (0: never, the median rule alone).
 
     """
     sizes = [n for n in known if n > 0]
+    known_count = len(sizes)
     if factor <= 0 or not sizes:
-        return WeightBound(np.inf)
-    if len(sizes) >= MEDIAN_MIN:
-        return WeightBound(factor * float(np.median(sizes)))
-    if federation > len(sizes):
-        return WeightBound(float(min(sizes)), equal_weights=True)
-    return WeightBound(np.inf)
+        return WeightBound(np.inf, known=known_count)
+    if known_count >= MEDIAN_MIN:
+        return WeightBound(factor * float(np.median(sizes)), known=known_count)
+    if federation > known_count:
+        return WeightBound(float(min(sizes)), equal_weights=True, known=known_count)
+    return WeightBound(np.inf, known=known_count)
 
 
 def note_equal_weights(already: bool, known: int) -> bool:
