@@ -11,11 +11,13 @@ Three measurements, each in this one process (1-2 torch threads, as the shared m
     The quick centralised probe before any federated run: on one client's share (partition 0 of
     4, IID, seed 0), ``STEPS`` zeroth-order steps of FedKSeed's engine
     (:func:`bouquet.clients.zeroth_order.zo_steps`, seeds drawn uniformly from K=4096 candidates)
-    for every (lr, eps) of the comma-separated lists, evaluating the held-out rows (the task's
-    fixed 400) every ``STEPS // 4`` steps. Prints one JSON line per evaluation.
+    for every (lr, eps) of the comma-separated lists, evaluating every ``STEPS // 3`` steps on 200
+    **training** rows held apart from that client (the first rows of partition 1), so the choice
+    never sees the test split. Prints one JSON line per evaluation.
 
 Run: ``PYTHONPATH=$PWD flock /tmp/heavy.lock python benchmarks/zo_prompt_probe.py --templates 512``
-and ``... --grid 1e-6,3e-6 1e-3 200 16``.
+and ``... --grid 1e-6,1e-5,1e-4 1e-3 120 4`` (torch threads: ``$BOUQUET_TORCH_THREADS``, default 2
+here).
 """
 
 from __future__ import annotations
@@ -87,9 +89,10 @@ def grid(lrs: list[float], epss: list[float], steps: int, batch: int) -> None:
 
     task = RtSmolLM()
     local = task.partition(0, 4, CommonConfig(seed=0))
-    x_eval, y_eval = torch.from_numpy(task.data.x_test), torch.from_numpy(task.data.y_test)
+    apart = task.partition(1, 4, CommonConfig(seed=0))
+    x_eval, y_eval = apart.x_train[:200], apart.y_train[:200]
     seeds = candidate_seeds(0, 4096)
-    every = max(1, steps // 4)
+    every = max(1, steps // 3)
     for lr in lrs:
         for eps in epss:
             model = task.build_model()
@@ -116,7 +119,9 @@ def grid(lrs: list[float], epss: list[float], steps: int, batch: int) -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(2)
+    import os
+
+    os.environ.setdefault("BOUQUET_TORCH_THREADS", "2")  # bouquet's tasks set it on import
     if len(sys.argv) == 3 and sys.argv[1] == "--templates":
         templates(int(sys.argv[2]))
     elif len(sys.argv) == 6 and sys.argv[1] == "--grid":

@@ -170,8 +170,9 @@ def test_rt_smollm_prompts_and_zero_shot_beats_the_majority_rate() -> None:
     d = task.data
     assert len(d.y_train) == 10_246 and len(d.y_test) == task.test_rows == 400
     first = d.x_train[0][d.x_train[0] != task.pad_id]
-    assert task.tokenizer.decode(first).endswith(" It was")
-    assert task.tokenizer.convert_ids_to_tokens(list(task.word_ids)) == ["Ġterrible", "Ġgreat"]
+    text = task.tokenizer.decode(first)
+    assert text.startswith("Review: ") and text.endswith("\nSentiment:"), text
+    assert task.tokenizer.convert_ids_to_tokens(list(task.word_ids)) == ["Ġnegative", "Ġpositive"]
     rows = 128
     m = task.evaluate_model(task.pretrained, torch.from_numpy(d.x_train[:rows]),
                             torch.from_numpy(d.y_train[:rows]))

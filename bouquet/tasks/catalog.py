@@ -34,8 +34,8 @@ TASKS = [
     ),
     TaskSpec(
         name="rt-smollm",
-        description="Rotten Tomatoes snippets as prompts ('<review> It was' -> ' great' / "
-        "' terrible'), SmolLM2-135M-Instruct read through its LM head (no new head)",
+        description="Rotten Tomatoes snippets as prompts ('Review: <text>\\nSentiment:' -> "
+        "' positive' / ' negative'), SmolLM2-135M-Instruct read through its LM head (no new head)",
         factory="bouquet.tasks.prompted:RtSmolLM",
         extra="lora",
     ),

