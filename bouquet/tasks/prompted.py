@@ -1,4 +1,4 @@
-"""``rt-smollm``: prompt-based sentiment classification with SmolLM2-135M-Instruct.
+r"""``rt-smollm``: prompt-based sentiment classification with SmolLM2-135M-Instruct.
 
 The task follows MeZO's prompt-based formulation (Malladi et al., "Fine-Tuning Language Models
 with Just Forward Passes", NeurIPS 2023, Appendix E, e.g. SST-2 as ``<S> It was great/terrible``),
