@@ -45,7 +45,9 @@ from bouquet.apps.verdicts import INCONCLUSIVE, Check, write_checks
 
 K, STEPS = 4096, 200
 #: rt-smollm's zeroth-order lr and eps (the centralised probe's choice).
-ZO_LR, ZO_EPS = 1e-6, 1e-3
+ZO_LR, ZO_EPS = 1e-5, 1e-3
+#: rt-smollm's batch size, every arm (a step's two forwards of 4 prompts cost ~1 s on 2 cores).
+PROMPT_BATCH = 4
 TARGET_BYTES = 18_432
 COLUMNS = ["final.accuracy", "best.accuracy", "final.exact_match", "comm.up_bytes_total",
            "comm.down_bytes_total", "comm.up_bytes_per_client_round",
@@ -58,13 +60,13 @@ ZO = {
     "rt-minilm": {"fedkseed.lr": 3e-4, "fedkseed.eps": 1e-3, "batch-size": 16},
     "gsm-smollm": {"fedkseed.lr": 1e-6, "fedkseed.eps": 1e-3, "batch-size": 1},
     # chosen by the centralised probe (benchmarks/zo_prompt_probe.py --grid; RESULTS.md)
-    "rt-smollm": {"fedkseed.lr": ZO_LR, "fedkseed.eps": ZO_EPS, "batch-size": 16},
+    "rt-smollm": {"fedkseed.lr": ZO_LR, "fedkseed.eps": ZO_EPS, "batch-size": PROMPT_BATCH},
 }
 
 #: rt-smollm: the LoRA arms at their own default learning rate (bouquet/apps/conf/<method>.yaml).
 LORA_LR = {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02}
 #: rt-smollm: clients, clients per round, rounds, ZO steps and LoRA steps per client and round.
-PROMPT = {"quick": {"clients": 4, "fraction": 0.5, "rounds": 4, "zo_steps": 50, "lora_steps": 10},
+PROMPT = {"quick": {"clients": 4, "fraction": 0.5, "rounds": 3, "zo_steps": 30, "lora_steps": 10},
           "full": {"clients": 8, "fraction": 0.25, "rounds": 10, "zo_steps": 100,
                    "lora_steps": 20}}
 
@@ -137,7 +139,8 @@ def _prompt_runs(quick: bool) -> list[BenchRun]:
     """rt-smollm: FedKSeed, Pro and the LoRA arms on the same clients, rounds and evaluation."""
     p = PROMPT["quick" if quick else "full"]
     common = {"task": "rt-smollm", "num-server-rounds": p["rounds"],
-              "fraction-train": p["fraction"], "partition": "iid", "seed": 0, "batch-size": 16}
+              "fraction-train": p["fraction"], "partition": "iid", "seed": 0,
+              "batch-size": PROMPT_BATCH}
     runs = [BenchRun(f"prompt-{m}", {**common, **ZO["rt-smollm"], "method": m,
                                      "fedkseed.num-seeds": K,
                                      "fedkseed.local-steps": p["zo_steps"]}, clients=p["clients"])

@@ -114,3 +114,14 @@ def test_fedkseed_report_judges_zero_shot_and_equal_budgets(tmp_path: Path) -> N
     # equal uplink bytes (6,000 B): fedit has not finished a round, so it stands at zero-shot
     assert checks["fedkseed >= fedit at equal uplink bytes"] == "holds"
     assert "| prompt-fedkseed | 0 | 0 | 0 | 0.7000 |" in text
+
+
+def test_fedkseed_rt_smollm_preset_holds_the_values_the_suite_runs() -> None:
+    from bouquet.apps.config import resolve
+
+    suite = load_suite("fedkseed")
+    cfg = resolve({"method": "fedkseed", "preset": "fedkseed-rt-smollm"})
+    zo = suite.ZO["rt-smollm"]
+    assert cfg.task_name == "rt-smollm" and cfg.common.batch_size == zo["batch-size"]
+    section = cfg.sections["fedkseed"]
+    assert (section.lr, section.eps) == (zo["fedkseed.lr"], zo["fedkseed.eps"])
