@@ -66,7 +66,7 @@ ZO = {
 #: rt-smollm: the LoRA arms at their own default learning rate (bouquet/apps/conf/<method>.yaml).
 LORA_LR = {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02}
 #: rt-smollm: clients, clients per round, rounds, ZO steps and LoRA steps per client and round.
-PROMPT = {"quick": {"clients": 4, "fraction": 0.5, "rounds": 3, "zo_steps": 30, "lora_steps": 10},
+PROMPT = {"quick": {"clients": 4, "fraction": 0.5, "rounds": 3, "zo_steps": 20, "lora_steps": 5},
           "full": {"clients": 8, "fraction": 0.25, "rounds": 10, "zo_steps": 100,
                    "lora_steps": 20}}
 

@@ -11,12 +11,13 @@ Three measurements, each in this one process (1-2 torch threads, as the shared m
     The quick centralised probe before any federated run: on one client's share (partition 0 of
     4, IID, seed 0), ``STEPS`` zeroth-order steps of FedKSeed's engine
     (:func:`bouquet.clients.zeroth_order.zo_steps`, seeds drawn uniformly from K=4096 candidates)
-    for every (lr, eps) of the comma-separated lists, evaluating every ``STEPS // 3`` steps on 200
-    **training** rows held apart from that client (the first rows of partition 1), so the choice
-    never sees the test split. Prints one JSON line per evaluation.
+    for every (lr, eps) of the comma-separated lists; the mean two-point loss of every ``STEPS // 3``
+    steps, and the accuracy and loss at step 0 and after the last step on 200 **training** rows
+    held apart from that client (the first rows of partition 1), so the choice never sees the
+    test split. Prints one JSON line per chunk.
 
 Run: ``PYTHONPATH=$PWD flock /tmp/heavy.lock python benchmarks/zo_prompt_probe.py --templates 512``
-and ``... --grid 1e-6,1e-5,1e-4 1e-3 120 4`` (torch threads: ``$BOUQUET_TORCH_THREADS``, default 2
+and ``... --grid 3e-6,1e-5 1e-3 60 4`` (torch threads: ``$BOUQUET_TORCH_THREADS``, default 2
 here).
 """
 
@@ -93,15 +94,16 @@ def grid(lrs: list[float], epss: list[float], steps: int, batch: int) -> None:
     x_eval, y_eval = apart.x_train[:200], apart.y_train[:200]
     seeds = candidate_seeds(0, 4096)
     every = max(1, steps // 3)
+    m0 = task.evaluate_model(task.pretrained, x_eval, y_eval)  # the same start for every lr
+    print(json.dumps({"step": 0, **m0}), flush=True)
     for lr in lrs:
         for eps in epss:
             model = task.build_model()
-            m0 = task.evaluate_model(model, x_eval, y_eval)
-            print(json.dumps({"lr": lr, "eps": eps, "step": 0, **m0}), flush=True)
             directions = Directions(canonical_parameters(model))
             batches = task.batches(local, batch, generator(0, 1, 0))
             rng = np.random.default_rng(0)
             done, t = 0, time.perf_counter()
+
             def loss(b: tuple[torch.Tensor, torch.Tensor], m: object = model) -> float:
                 with torch.inference_mode():
                     return float(task.loss(m, *b))  # type: ignore[arg-type]
@@ -109,14 +111,15 @@ def grid(lrs: list[float], epss: list[float], steps: int, batch: int) -> None:
             while done < steps:
                 chosen = [int(seeds[i]) for i in rng.integers(0, 4096, every)]
                 out = zo_steps(directions, chosen, batches, loss, eps=eps, lr=lr)
-                losses = [0.5 * (r.loss_plus + r.loss_minus) for r in out]
                 done += every
-                m = task.evaluate_model(model, x_eval, y_eval)
-                print(json.dumps({"lr": lr, "eps": eps, "step": done, **m,
-                                  "mean_abs_g": float(np.mean([abs(r.grad) for r in out])),
-                                  "train_loss": float(np.mean(losses)),
-                                  "train_s": time.perf_counter() - t}), flush=True)
-
+                row = {"lr": lr, "eps": eps, "step": done,
+                       "train_loss": float(np.mean([0.5 * (r.loss_plus + r.loss_minus)
+                                                    for r in out])),
+                       "mean_abs_g": float(np.mean([abs(r.grad) for r in out])),
+                       "train_s": time.perf_counter() - t}
+                if done >= steps:
+                    row.update(task.evaluate_model(model, x_eval, y_eval))
+                print(json.dumps(row), flush=True)
 
 if __name__ == "__main__":
     import os
