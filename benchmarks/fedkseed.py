@@ -45,7 +45,7 @@ from bouquet.apps.verdicts import INCONCLUSIVE, Check, write_checks
 
 K, STEPS = 4096, 200
 #: rt-smollm's zeroth-order lr and eps (the centralised probe's choice).
-ZO_LR, ZO_EPS = 1e-5, 1e-3
+ZO_LR, ZO_EPS = 1e-05, 1e-3
 #: rt-smollm's batch size, every arm (a step's two forwards of 4 prompts cost ~1 s on 2 cores).
 PROMPT_BATCH = 4
 TARGET_BYTES = 18_432
