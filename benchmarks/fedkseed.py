@@ -9,7 +9,17 @@
 2. **Learning at equal rounds.** digits-mlp (10 clients, ZO from a random init), rt-minilm (small)
    and, in the full suite, gsm-smollm (tiny): FedKSeed vs FedKSeed-Pro vs a first-order baseline
    (FedIT if registered, else FedAvg); accuracy and cumulative bytes.
-3. **Cost of a step.** Measured in separate processes (``python benchmarks/fedkseed.py --probe
+3. **A task where zeroth-order tuning learns: rt-smollm** (issue 14). Prompt-based sentiment with
+   SmolLM2-135M read through its LM head (``bouquet/tasks/prompted.py``), so the pretrained model
+   starts from its zero-shot answers (measured once on the task's 400 held-out rows, round 0).
+   FedKSeed and FedKSeed-Pro with the values the centralised probe chose
+   (``benchmarks/zo_prompt_probe.py --grid``, same grid for both; :data:`ZO`), and the LoRA arms
+   (FedIT, FFA-LoRA, Fed-SB at their own default lr, :data:`LORA_LR`) on the same clients, rounds and
+   evaluation rows; every round's accuracy against cumulative wall seconds and uplink bytes,
+   and the accuracy of each arm at the largest budget every arm reached (equal wall time, equal
+   uplink bytes). Verdicts (:mod:`bouquet.apps.verdicts`): does FedKSeed (Pro) beat zero-shot;
+   how it stands against the LoRA arms per second and per byte.
+4. **Cost of a step.** Measured in separate processes (``python benchmarks/fedkseed.py --probe
    TASK MODE BATCH``): one zeroth-order step vs two forward passes on the same batch, and the peak
    resident memory of inference, of ZO steps and of backprop + Adam over the model-loaded baseline.
 
@@ -30,8 +40,14 @@ from typing import Any
 
 from bouquet.apps.bench import BenchRun, lookup
 from bouquet.apps.registry import methods
+from bouquet.apps.results import read_metrics
+from bouquet.apps.verdicts import INCONCLUSIVE, Check, write_checks
 
 K, STEPS = 4096, 200
+#: rt-smollm's zeroth-order lr and eps (the centralised probe's choice).
+ZO_LR, ZO_EPS = 1e-05, 1e-3
+#: rt-smollm's batch size, every arm (a step's two forwards of 4 prompts cost ~1 s on 2 cores).
+PROMPT_BATCH = 4
 TARGET_BYTES = 18_432
 COLUMNS = ["final.accuracy", "best.accuracy", "final.exact_match", "comm.up_bytes_total",
            "comm.down_bytes_total", "comm.up_bytes_per_client_round",
@@ -43,7 +59,16 @@ ZO = {
     "digits-mlp": {"fedkseed.lr": 1e-2, "fedkseed.eps": 1e-3, "batch-size": 32},
     "rt-minilm": {"fedkseed.lr": 3e-4, "fedkseed.eps": 1e-3, "batch-size": 16},
     "gsm-smollm": {"fedkseed.lr": 1e-6, "fedkseed.eps": 1e-3, "batch-size": 1},
+    # chosen by the centralised probe (benchmarks/zo_prompt_probe.py --grid; RESULTS.md)
+    "rt-smollm": {"fedkseed.lr": ZO_LR, "fedkseed.eps": ZO_EPS, "batch-size": PROMPT_BATCH},
 }
+
+#: rt-smollm: the LoRA arms at their own default learning rate (bouquet/apps/conf/<method>.yaml).
+LORA_LR = {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02}
+#: rt-smollm: clients, clients per round, rounds, ZO steps and LoRA steps per client and round.
+PROMPT = {"quick": {"clients": 4, "fraction": 0.5, "rounds": 3, "zo_steps": 20, "lora_steps": 5},
+          "full": {"clients": 8, "fraction": 0.25, "rounds": 10, "zo_steps": 100,
+                   "lora_steps": 20}}
 
 
 def baseline() -> str:
@@ -110,9 +135,26 @@ def _learning_runs(quick: bool) -> list[BenchRun]:
     return runs
 
 
+def _prompt_runs(quick: bool) -> list[BenchRun]:
+    """rt-smollm: FedKSeed, Pro and the LoRA arms on the same clients, rounds and evaluation."""
+    p = PROMPT["quick" if quick else "full"]
+    common = {"task": "rt-smollm", "num-server-rounds": p["rounds"],
+              "fraction-train": p["fraction"], "partition": "iid", "seed": 0,
+              "batch-size": PROMPT_BATCH}
+    runs = [BenchRun(f"prompt-{m}", {**common, **ZO["rt-smollm"], "method": m,
+                                     "fedkseed.num-seeds": K,
+                                     "fedkseed.local-steps": p["zo_steps"]}, clients=p["clients"])
+            for m in ("fedkseed", "fedkseed-pro")]
+    for m in (m for m in LORA_LR if m in methods()):
+        runs.append(BenchRun(f"prompt-{m}", {**common, "method": m, "lr": LORA_LR[m],
+                                             "local-steps": p["lora_steps"]},
+                             clients=p["clients"]))
+    return runs
+
+
 def runs(quick: bool) -> list[BenchRun]:
     """Every configuration of the suite (the quick variant fits in minutes on 2 cores)."""
-    return _bytes_runs(quick) + _learning_runs(quick)
+    return _bytes_runs(quick) + _learning_runs(quick) + _prompt_runs(quick)
 
 
 # ------------------------------------------------------------------------------ report
@@ -178,6 +220,107 @@ def _learning_table(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def _f(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, int | float) else "—"
+
+
+# ------------------------------------------------------------------------------ rt-smollm
+#: Two standard errors of an accuracy on the 400 held-out rows near 0.7 (a difference smaller
+#: than this between two arms, or from zero-shot, is called inconclusive).
+MARGIN = 2 * (0.7 * 0.3 / 400) ** 0.5
+
+
+def zero_shot(out_dir: Path) -> dict[str, float]:
+    """Round 0: the pretrained rt-smollm on its held-out rows (cached in ``zero_shot.json``)."""
+    path = out_dir / "zero_shot.json"
+    if path.is_file():
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    import torch
+
+    from bouquet.tasks.prompted import RtSmolLM
+
+    task = RtSmolLM()
+    d = task.data
+    m = task.evaluate_model(task.pretrained, torch.from_numpy(d.x_test), torch.from_numpy(d.y_test))
+    m["majority"] = float(max(d.y_test.mean(), 1 - d.y_test.mean()))
+    path.write_text(json.dumps(m))
+    return m
+
+
+def curve(out_dir: Path, run: str) -> list[tuple[int, float, float, float]]:
+    """(round, cumulative wall s, cumulative uplink B, accuracy) of every evaluated round."""
+    out, wall, up = [], 0.0, 0.0
+    for row in read_metrics(out_dir / run):
+        wall += float(row.get("wall_s") or 0.0)
+        up += float(row.get("up_bytes") or 0.0)
+        if isinstance(row.get("accuracy"), int | float):
+            out.append((int(row["round"]), wall, up, float(row["accuracy"])))
+    return out
+
+
+def at_budget(points: list[tuple[int, float, float, float]], index: int, budget: float
+              ) -> float | None:
+    """Accuracy of the last evaluated round whose cumulative ``index`` is within ``budget``."""
+    within = [p[3] for p in points if p[index] <= budget * (1 + 1e-9)]
+    return within[-1] if within else None
+
+
+def _prompt_section(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path
+                    ) -> tuple[list[str], list[Check]]:
+    runs = [r for r in summaries if r.startswith("prompt-")]
+    z = zero_shot(out_dir)
+    curves = {r: curve(out_dir, r) for r in runs}
+    lines = ["### 3. rt-smollm: zeroth-order tuning vs LoRA at equal wall time and bytes", "",
+             f"Zero-shot (round 0) accuracy on the 400 held-out rows: {z['accuracy']:.4f} "
+             f"(majority class {z['majority']:.4f}).", "",
+             "| run | round | wall s (cumulative) | uplink B (cumulative) | accuracy |",
+             "|---|---|---|---|---|"]
+    for r in runs:
+        lines += [f"| {r} | 0 | 0 | 0 | {z['accuracy']:.4f} |"]
+        lines += [f"| {r} | {k} | {w:.0f} | {u:,.0f} | {a:.4f} |" for k, w, u, a in curves[r]]
+    have = [r for r in runs if curves[r]]
+    checks: list[Check] = []
+    if not have:
+        return lines, checks
+    wall_budget = min(curves[r][-1][1] for r in have)
+    zo_runs = [r for r in have if "fedkseed" in r]
+    byte_budget = min((curves[r][-1][2] for r in zo_runs), default=0.0)
+    lines += ["", f"At equal budgets: wall time {wall_budget:.0f} s (the shortest arm's total) "
+              f"and uplink {byte_budget:,.0f} B (the ZO arms' smallest total; an arm whose first "
+              "round already sent more reads as 'zero-shot', i.e. it has nothing to show yet).",
+              "", "| run | accuracy at equal wall time | accuracy at equal uplink bytes | "
+              "best | last |", "|---|---|---|---|---|"]
+    for r in have:
+        w = at_budget(curves[r], 1, wall_budget)
+        b = at_budget(curves[r], 2, byte_budget)
+        lines.append(f"| {r} | {_f(w if w is not None else z['accuracy'])} | "
+                     f"{_f(b if b is not None else z['accuracy'])} | "
+                     f"{max(p[3] for p in curves[r]):.4f} | {curves[r][-1][3]:.4f} |")
+    for r in zo_runs:
+        best, last = max(p[3] for p in curves[r]), curves[r][-1][3]
+        gain = last - z["accuracy"]
+        measured = (f"zero-shot {z['accuracy']:.4f}, last {last:.4f}, best {best:.4f}, "
+                    f"{curves[r][-1][0]} rounds; margin {MARGIN:.3f} = 2 standard errors")
+        claim = f"{r.removeprefix('prompt-')} improves over zero-shot on rt-smollm (last round)"
+        if abs(gain) < MARGIN:
+            checks.append(Check(claim, INCONCLUSIVE, measured))
+        else:
+            checks.append(Check.of(claim, gain > 0, measured))
+    lora = [r for r in have if "fedkseed" not in r]
+    for r in zo_runs:
+        for other in lora:
+            for what, index, budget in (("wall time", 1, wall_budget),
+                                        ("uplink bytes", 2, byte_budget)):
+                mine = at_budget(curves[r], index, budget)
+                theirs = at_budget(curves[other], index, budget)
+                a = z["accuracy"] if mine is None else mine
+                b = z["accuracy"] if theirs is None else theirs
+                claim = (f"{r.removeprefix('prompt-')} >= {other.removeprefix('prompt-')} at "
+                         f"equal {what}")
+                measured = f"{a:.4f} vs {b:.4f} at {budget:,.0f} {'s' if index == 1 else 'B'}"
+                if abs(a - b) < MARGIN:
+                    checks.append(Check(claim, INCONCLUSIVE, measured))
+                else:
+                    checks.append(Check.of(claim, a > b, measured))
+    return lines, checks
 
 
 # ------------------------------------------------------------------------------ step cost probe
@@ -257,7 +400,7 @@ def _run_probe(task: str, mode: str, batch: int, reps: int) -> dict[str, float]:
 
 
 def _cost_section(out_dir: Path, tasks: list[str]) -> list[str]:
-    lines = ["### 3. Cost of a step and memory", "",
+    lines = ["### 4. Cost of a step and memory", "",
              "Separate processes, 1 torch thread. ratio = one ZO step / two forward passes on the "
              "same batch (ideal 1.0); regenerate = drawing one direction over all parameters and "
              "adding it. Memory: peak resident set over the model-loaded baseline.", "",
@@ -290,9 +433,18 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     full = any("gsm-smollm" in r for r in summaries)
     lines = [f"First-order baseline: `{base}`"
              + ("" if base == "fedit" else " (FedIT is not registered in this checkout)") + ".", ""]
-    lines += _bytes_table(summaries) + [""]
-    lines += _learning_table(summaries) + [""]
-    lines += _cost_section(out_dir, ["rt-minilm"] + (["gsm-smollm"] if full else []))
+    if any(r.startswith("bytes-") for r in summaries):
+        lines += _bytes_table(summaries) + [""]
+    if any(r.startswith("learn-") for r in summaries):
+        lines += _learning_table(summaries) + [""]
+    checks: list[Check] = []
+    if any(r.startswith("prompt-") for r in summaries):
+        prompt_lines, checks = _prompt_section(summaries, out_dir)
+        lines += prompt_lines + [""]
+    if any(r.startswith("bytes-") for r in summaries):  # the probes cost minutes: only with them
+        lines += _cost_section(out_dir, ["rt-minilm"] + (["gsm-smollm"] if full else []))
+    write_checks(out_dir, "fedkseed", checks)
+    lines += ["", "### Verdicts", ""] + [c.markdown() for c in checks]
     return "\n".join(lines)
 
 

@@ -147,3 +147,62 @@ def test_fedcg_suite_runs_every_arm_over_three_seeds_in_both_variants() -> None:
         for r in suite.runs(quick):
             seeds.setdefault(r.name.rsplit("-s", 1)[0], set()).add(r.config["seed"])
         assert seeds and all(s == {0, 1, 2} for s in seeds.values())
+
+
+def test_fedkseed_prompt_arms_share_clients_rounds_and_evaluation() -> None:
+    suite = load_suite("fedkseed")
+    for quick in (True, False):
+        runs = [r for r in suite.runs(quick) if r.name.startswith("prompt-")]
+        assert {r.config["method"] for r in runs} >= {"fedkseed", "fedkseed-pro"}
+        shared = {"task", "num-server-rounds", "fraction-train", "partition", "seed",
+                  "batch-size"}
+        assert len({tuple(sorted((k, r.config[k]) for k in shared)) for r in runs}) == 1
+        assert len({r.clients for r in runs}) == 1
+        zo = [r for r in runs if "fedkseed" in r.config["method"]]
+        assert all(r.config["fedkseed.lr"] == suite.ZO["rt-smollm"]["fedkseed.lr"] for r in zo)
+
+
+def _prompt_run(folder: Path, accuracies: list[float], wall: float, up: int) -> dict[str, Any]:
+    import json
+
+    folder.mkdir(parents=True)
+    rows = [{"round": i + 1, "accuracy": a, "wall_s": wall, "up_bytes": up}
+            for i, a in enumerate(accuracies)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"final": {"accuracy": accuracies[-1]}}
+
+
+def test_fedkseed_report_judges_zero_shot_and_equal_budgets(tmp_path: Path) -> None:
+    import json
+
+    suite = load_suite("fedkseed")
+    (tmp_path / "zero_shot.json").write_text(json.dumps({"accuracy": 0.70, "majority": 0.6}))
+    summaries = {
+        "prompt-fedkseed": _prompt_run(tmp_path / "prompt-fedkseed", [0.72, 0.76, 0.80], 10.0,
+                                       2_000),
+        "prompt-fedkseed-pro": _prompt_run(tmp_path / "prompt-fedkseed-pro", [0.70, 0.71, 0.70],
+                                           10.0, 2_000),
+        "prompt-fedit": _prompt_run(tmp_path / "prompt-fedit", [0.85, 0.86], 20.0, 900_000),
+    }
+    text = suite.report(summaries, tmp_path)
+    checks = {c["claim"]: c["verdict"] for c in
+              json.loads((tmp_path / "verdicts.json").read_text())["checks"]}
+    assert checks["fedkseed improves over zero-shot on rt-smollm (last round)"] == "holds"
+    assert checks["fedkseed-pro improves over zero-shot on rt-smollm (last round)"] == (
+        "inconclusive")
+    # equal wall time (30 s, the shortest arm's total): fedkseed's 0.80 vs fedit's round 1, 0.85
+    assert checks["fedkseed >= fedit at equal wall time"] == "does not hold"
+    # equal uplink bytes (6,000 B): fedit has not finished a round, so it stands at zero-shot
+    assert checks["fedkseed >= fedit at equal uplink bytes"] == "holds"
+    assert "| prompt-fedkseed | 0 | 0 | 0 | 0.7000 |" in text
+
+
+def test_fedkseed_rt_smollm_preset_holds_the_values_the_suite_runs() -> None:
+    from bouquet.apps.config import resolve
+
+    suite = load_suite("fedkseed")
+    cfg = resolve({"method": "fedkseed", "preset": "fedkseed-rt-smollm"})
+    zo = suite.ZO["rt-smollm"]
+    assert cfg.task_name == "rt-smollm" and cfg.common.batch_size == zo["batch-size"]
+    section = cfg.sections["fedkseed"]
+    assert (section.lr, section.eps) == (zo["fedkseed.lr"], zo["fedkseed.eps"])

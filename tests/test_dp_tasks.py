@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from test_prompted_task import TinyPrompted
 from torch import nn
 
 from bouquet.apps.registry import tasks
@@ -61,6 +62,18 @@ def text_row(length: int, label: int, width: int, pad: int, rng: np.random.Gener
     return torch.from_numpy(ids), torch.tensor(label)
 
 
+def prompt_rows(width: int = 16) -> tuple[Batch, list[Batch], list[Batch]]:
+    """rt-smollm's right-padded prompts (tiny vocabulary, pad 0) with class labels."""
+    rng = np.random.default_rng(0)
+
+    def row(length: int, label: int) -> Batch:
+        ids = np.zeros(width, np.int64)
+        ids[:length] = rng.integers(1, 64, length)
+        return torch.from_numpy(ids), torch.tensor(label)
+
+    return row(9, 1), [row(3, 0), row(4, 1)], [row(width, 0), row(width - 1, 1)]
+
+
 def lm_rows() -> tuple[Batch, list[Batch], list[Batch]]:
     rng = np.random.default_rng(0)
     target = lm_row(10, 30, 200, rng)
@@ -83,6 +96,7 @@ CASES: dict[str, Callable[[], tuple[Any, Batch, list[Batch], list[Batch]]]] = {
     "tiny-bert-cls": lambda: (lambda t: (t, *text_rows(t.max_length, t.pad_id)))(TinyBertCls()),
     "rt-minilm": lambda: (lambda t: (t, *text_rows(t.max_length, t.pad_id)))(RtMiniLM()),
     "gsm-smollm": lambda: (TinyGsm(), *lm_rows()),
+    "rt-smollm": lambda: (TinyPrompted(), *prompt_rows()),
 }
 
 

@@ -24,7 +24,7 @@ BUILTIN_METHODS = {
     "fedit", "ffa-lora", "fed-sb",
 }
 BUILTIN_TASKS = {"digits-mlp", "fmnist-cnn", "rt-minilm", "tiny-bert-cls", "gsm-smollm",
-                 "synth-bandit", "digits-bandit"}
+                 "rt-smollm", "synth-bandit", "digits-bandit"}
 
 TOY_PLUGIN = '''
 """A third-party method: FedAvg's strategy and client under another name, one key of its own."""

@@ -33,6 +33,13 @@ TASKS = [
         extra="lora",
     ),
     TaskSpec(
+        name="rt-smollm",
+        description="Rotten Tomatoes snippets as prompts ('Review: <text>\\nSentiment:' -> "
+        "' positive' / ' negative'), SmolLM2-135M-Instruct read through its LM head (no new head)",
+        factory="bouquet.tasks.prompted:RtSmolLM",
+        extra="lora",
+    ),
+    TaskSpec(
         name="gsm-smollm",
         description="reasoning-gym gsm_symbolic word problems, SmolLM2-135M-Instruct (GGUF "
         "converted once to fp32), exact-match accuracy",

