@@ -119,10 +119,12 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
                               "sample-deadline": 120.0, "min-train-nodes": 2,
                               "results-dir": str(tmp_path / "results")}
     fleet = healthy_fleet  # shared; tests/conftest.py stops it and checks no process is left
+    installed_before = set(_installed_apps(fleet.dir))
     summaries = {m: json.loads(fleet.run({**common, "method": m, "run-name": m},
                                          timeout=900, app=app).read_text())
                  for m in ("fedavg", "scafcom")}
-    installed = _installed_apps(fleet.dir)
+    # This test's installs only: the shared fleet's homes also hold other tests' apps.
+    installed = [p for p in _installed_apps(fleet.dir) if p not in installed_before]
     # A FAB built for another version is refused, in one line naming both versions.
     other = tmp_path / "other-fab"
     shutil.copytree(app, other)
@@ -137,6 +139,7 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
         out = str(exc)
     except subprocess.TimeoutExpired:
         out = "flwr run of the other FAB did not end within 300 s\n"
+        fleet.stop_unfinished_runs()  # the fleet is shared: leave no live run behind
     logs = out + "".join(p.read_text(errors="replace") for p in fleet.dir.glob("*.log"))
     for method, summary in summaries.items():
         assert summary["method"] == method and summary["rounds"] == 2
@@ -151,3 +154,25 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
     for folder in installed:  # what each SuperNode and the SuperLink unpacked: no bouquet/
         assert not (folder / "bouquet").exists()
         assert {p.name for p in folder.iterdir()} <= {"pyproject.toml", "bouquet_fab", ".info"}
+
+
+def test_stop_unfinished_runs_stops_only_runs_that_have_not_finished(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed-out ``flwr run`` leaves its run live on a shared fleet: the test stops it."""
+    import json as json_
+
+    from bouquet.apps.deploy import CONNECTION, LocalFleet
+
+    runs = [{"run-id": "1", "status": "finished:completed"}, {"run-id": "2", "status": "running"},
+            {"run-id": "3", "status": "pending"}, {"run-id": "4", "status": "finished:stopped"}]
+    calls: list[tuple[str, ...]] = []
+
+    def flwr(*args: str, **_: Any) -> str:
+        calls.append(args)
+        return json_.dumps({"success": True, "runs": runs}) if args[0] == "ls" else ""
+
+    fleet = object.__new__(LocalFleet)  # no processes: only the CLI calls are checked
+    monkeypatch.setattr(fleet, "flwr", flwr)
+    assert fleet.stop_unfinished_runs() == [2, 3]
+    assert calls == [("ls", CONNECTION, "--format", "json"), ("stop", "2", CONNECTION),
+                     ("stop", "3", CONNECTION)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import json
 import os
 import ssl
 import subprocess
@@ -242,6 +243,20 @@ class LocalFleet:
         if proc.returncode != 0:
             raise RuntimeError(f"flwr {' '.join(args)} failed ({proc.returncode}): {out[-2000:]}")
         return out
+
+    def stop_unfinished_runs(self) -> list[int]:
+        """Stop every run on this fleet that has not finished; return their run ids.
+
+        For a caller whose ``flwr run`` timed out: the SuperLink keeps such a run live,
+        and its messages would reach the nodes beside the next run's.
+        """
+        listing = json.loads(self.flwr("ls", CONNECTION, "--format", "json"))
+        stopped = []
+        for run in listing.get("runs", []):
+            if not str(run.get("status", "")).startswith("finished"):
+                self.flwr("stop", str(run["run-id"]), CONNECTION)
+                stopped.append(int(run["run-id"]))
+        return stopped
 
     def register(self, public_key: Path, name: str) -> None:
         """Register a SuperNode's public key with the SuperLink."""
