@@ -121,6 +121,25 @@ def test_the_task_has_no_head_and_its_example_losses_are_per_row() -> None:
     assert torch.allclose(per_row, alone, atol=1e-5)
 
 
+def test_row_metrics_are_per_row_in_the_rows_own_order_and_average_to_evaluate_model() -> None:
+    # the inputs of the paired verdicts (issue 14): evaluation sorts rows by length, the per-row
+    # values must come back in the rows' own order
+    task = TinyPrompted()
+    x, y = torch.from_numpy(task.data.x_test), torch.from_numpy(task.data.y_test)
+    model = task.build_model()
+    loss, correct = task.row_metrics(model, x, y)
+    assert loss.shape == correct.shape == (len(y),)
+    with torch.no_grad():
+        alone = [float(task.example_losses(model, x[i : i + 1], y[i : i + 1])[0])
+                 for i in range(len(y))]
+        right = (task.logits(model, x).argmax(1) == y).numpy()
+    assert np.allclose(loss, alone, atol=1e-5)
+    assert np.array_equal(correct, right)
+    means = task.evaluate_model(model, x, y)
+    assert means["loss"] == pytest.approx(loss.mean(), abs=1e-6)
+    assert means["accuracy"] == pytest.approx(correct.mean())
+
+
 @pytest.fixture
 def tiny_prompted(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``task='rt-smollm'`` resolves to :class:`TinyPrompted` in the apps of this process."""
