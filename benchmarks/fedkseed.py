@@ -18,7 +18,10 @@
    evaluation rows; every round's accuracy against cumulative wall seconds and uplink bytes,
    and the accuracy of each arm at the largest budget every arm reached (equal wall time, equal
    uplink bytes). Verdicts (:mod:`bouquet.apps.verdicts`): does FedKSeed (Pro) beat zero-shot;
-   how it stands against the LoRA arms per second and per byte.
+   how it stands against the LoRA arms per second and per byte. Beside the accuracy verdict, a
+   paired one per ZO arm: its last checkpoint's model is rebuilt from the accumulator and
+   evaluated centrally on the same 400 rows, and the per-row loss and correctness changes against
+   zero-shot are judged at two paired standard errors (:func:`final_rows`, :func:`paired_checks`).
 4. **Cost of a step.** Measured in separate processes (``python benchmarks/fedkseed.py --probe
    TASK MODE BATCH``): one zeroth-order step vs two forward passes on the same batch, and the peak
    resident memory of inference, of ZO steps and of backprop + Adam over the model-loaded baseline.
@@ -41,7 +44,13 @@ from typing import Any
 from bouquet.apps.bench import BenchRun, lookup
 from bouquet.apps.registry import methods
 from bouquet.apps.results import read_metrics
-from bouquet.apps.verdicts import INCONCLUSIVE, Check, write_checks
+from bouquet.apps.verdicts import (
+    INCONCLUSIVE,
+    Check,
+    improvement_check,
+    paired_change,
+    write_checks,
+)
 
 K, STEPS = 4096, 200
 #: rt-smollm's zeroth-order lr and eps (the centralised probe's choice).
@@ -245,6 +254,130 @@ def zero_shot(out_dir: Path) -> dict[str, float]:
     return m
 
 
+#: Per-row held-out loss and correctness of a model, cached beside what they were computed from.
+ROWS_FILE = "rows.npz"
+#: (per-row loss, per-row correctness) on the task's held-out rows.
+Rows = tuple[Any, Any]
+
+
+def _cached_rows(path: Path, tag: int, compute: Any) -> Rows:
+    """``compute()``'s rows, cached in ``path`` under ``tag`` (recomputed when the tag differs)."""
+    import numpy as np
+
+    if path.is_file():
+        with np.load(path) as z:
+            if int(z["tag"]) == tag:
+                return z["loss"].copy(), z["correct"].copy()
+    loss, correct = compute()
+    np.savez(path, loss=loss, correct=correct, tag=np.int64(tag))
+    return loss, correct
+
+
+def zero_shot_rows(out_dir: Path) -> Rows:
+    """Per-row loss and correctness of the pretrained rt-smollm on its held-out rows (cached)."""
+    def compute() -> Rows:
+        import torch
+
+        from bouquet.tasks.prompted import RtSmolLM
+
+        task = RtSmolLM()
+        d = task.data
+        return task.row_metrics(task.pretrained, torch.from_numpy(d.x_test),
+                                torch.from_numpy(d.y_test))
+
+    return _cached_rows(out_dir / f"zero_shot_{ROWS_FILE}", 0, compute)
+
+
+def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
+    """(round, per-row loss and correctness) of a ZO arm's model at its last checkpoint.
+
+    FedKSeed's server holds no model, so its federated evaluation reports only each node's
+    means. The model is rebuilt here from the checkpoint's accumulator, ``w0 - lr sum_k A[k]
+    z(s_k)`` (:func:`bouquet.clients.fedkseed.sync`, the nodes' own replay), and evaluated
+    centrally on the same 400 held-out rows: one evaluation per arm, cached in
+    ``RUN/rows.npz`` under the checkpoint's round. None without a checkpoint.
+    """
+    from bouquet.strategies.checkpoint import load_checkpoint
+
+    folder = out_dir / run
+    if not (folder / "checkpoint" / "meta.json").is_file() or not (
+            folder / "config.yaml").is_file():
+        return None
+    rnd, state, _ = load_checkpoint(folder / "checkpoint")
+    if "accumulator" not in state:
+        return None
+
+    def compute() -> Rows:
+        import numpy as np
+        import torch
+        import yaml
+
+        from bouquet.clients.fedkseed import sync
+        from bouquet.strategies.fedkseed import FedKSeedConfig
+        from bouquet.tasks.prompted import RtSmolLM
+
+        flat = yaml.safe_load((folder / "config.yaml").read_text())
+        cfg = FedKSeedConfig(num_seeds=int(flat["fedkseed.num-seeds"]),
+                             lr=float(flat["fedkseed.lr"]),
+                             master_seed=int(flat["fedkseed.master-seed"]))
+        task = RtSmolLM()
+        d = task.data
+        accumulator = np.asarray(state["accumulator"], dtype=np.float64)
+        rep, _ = sync(("bench-report", str(folder), rnd), task.build_model, cfg, accumulator)
+        return task.row_metrics(rep.model, torch.from_numpy(d.x_test),
+                                torch.from_numpy(d.y_test))
+
+    return rnd, _cached_rows(folder / ROWS_FILE, rnd, compute)
+
+
+#: The paired comparisons of a ZO arm's final model against zero-shot: metric, claim's verb.
+PAIRED = (("loss", "lowers the held-out loss"), ("accuracy", "raises the held-out accuracy"))
+
+
+def paired_checks(arm: str, final: tuple[int, Rows] | None, zero: Rows | None) -> list[Check]:
+    """The paired loss and accuracy changes of ``arm``'s final model against zero-shot.
+
+    Per-row differences on the same held-out rows (``final``: round and rows, ``zero``: the
+    zero-shot rows), judged by :func:`bouquet.apps.verdicts.improvement_check` at two paired
+    standard errors: more sensitive than the accuracy verdict's unpaired margin, which it does
+    not replace. ``not measured`` when either is None (no checkpoint).
+    """
+    out = []
+    for name, verb in PAIRED:
+        claim = (f"{arm} {verb} against zero-shot on rt-smollm (paired per row, last "
+                 "checkpoint)")
+        change = None
+        if final is not None and zero is not None:
+            column = 0 if name == "loss" else 1
+            change = paired_change([float(v) for v in zero[column]],
+                                   [float(v) for v in final[1][column]])
+        out.append(improvement_check(claim, change, lower_is_better=name == "loss",
+                                     name=name if final is None else f"round {final[0]}: {name}"))
+    return out
+
+
+def _paired_table(finals: Mapping[str, tuple[int, Rows] | None], zero: Rows | None
+                  ) -> list[str]:
+    """Central re-evaluation of each ZO arm's last checkpoint, paired with zero-shot per row."""
+    if zero is None:
+        return []
+    lines = ["", "Paired per row against zero-shot (the ZO arms' last checkpoint rebuilt and "
+             "evaluated centrally on the same held-out rows; +- is two paired standard errors):",
+             "", "| run | round | loss zero-shot -> final | paired loss change | "
+             "accuracy zero-shot -> final | paired accuracy change |", "|---|---|---|---|---|---|"]
+    for r, final in finals.items():
+        if final is None:
+            continue
+        rnd, (loss, correct) = final
+        dl = paired_change([float(v) for v in zero[0]], [float(v) for v in loss])
+        da = paired_change([float(v) for v in zero[1]], [float(v) for v in correct])
+        lines.append(f"| {r} | {rnd} | {sum(zero[0]) / len(zero[0]):.4f} -> "
+                     f"{sum(loss) / len(loss):.4f} | {dl.mean:+.4f} +- {2 * dl.se:.4f} | "
+                     f"{sum(zero[1]) / len(zero[1]):.4f} -> {sum(correct) / len(correct):.4f} | "
+                     f"{da.mean:+.4f} +- {2 * da.se:.4f} |")
+    return lines
+
+
 def curve(out_dir: Path, run: str) -> list[tuple[int, float, float, float]]:
     """(round, cumulative wall s, cumulative uplink B, accuracy) of every evaluated round."""
     out, wall, up = [], 0.0, 0.0
@@ -304,6 +437,11 @@ def _prompt_section(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path
             checks.append(Check(claim, INCONCLUSIVE, measured))
         else:
             checks.append(Check.of(claim, gain > 0, measured))
+    finals = {r: final_rows(out_dir, r) for r in zo_runs}
+    zero = zero_shot_rows(out_dir) if any(f is not None for f in finals.values()) else None
+    lines += _paired_table(finals, zero)
+    for r in zo_runs:
+        checks += paired_checks(r.removeprefix("prompt-"), finals[r], zero)
     lora = [r for r in have if "fedkseed" not in r]
     for r in zo_runs:
         for other in lora:

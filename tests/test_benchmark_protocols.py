@@ -211,3 +211,37 @@ def test_fedkseed_rt_smollm_preset_holds_the_values_the_suite_runs() -> None:
     assert section.local_steps == quick["zo_steps"]
     assert cfg.common.fraction_train == quick["fraction"]
     assert cfg.common.num_server_rounds == quick["rounds"]
+
+
+def test_fedkseed_report_adds_paired_verdicts_from_the_rebuilt_final_model(
+        tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    suite = load_suite("fedkseed")
+    (tmp_path / "zero_shot.json").write_text(json.dumps({"accuracy": 0.75, "majority": 0.6}))
+    summaries = {r: _prompt_run(tmp_path / r, [0.75, 0.75], 10.0, 2_000)
+                 for r in ("prompt-fedkseed", "prompt-fedkseed-pro")}
+    # zero-shot rows of varied difficulty; fedkseed's final model 0.01 lower on every row
+    # (accuracy unchanged); fedkseed-pro left no checkpoint, so nothing to pair
+    zero = np.linspace(0.1, 2.0, 400)
+    right = np.arange(400) % 4 != 0
+    np.savez(tmp_path / f"zero_shot_{suite.ROWS_FILE}", loss=zero, correct=right, tag=0)
+    checkpoint = tmp_path / "prompt-fedkseed" / "checkpoint"
+    from bouquet.strategies.checkpoint import save_checkpoint
+
+    save_checkpoint(checkpoint, 2, {"accumulator": np.zeros(8)})
+    (tmp_path / "prompt-fedkseed" / "config.yaml").write_text("fedkseed.lr: 1.0e-05\n")
+    np.savez(tmp_path / "prompt-fedkseed" / suite.ROWS_FILE, loss=zero - 0.01, correct=right,
+             tag=2)
+    text = suite.report(summaries, tmp_path)
+    checks = {c["claim"]: c["verdict"] for c in
+              json.loads((tmp_path / "verdicts.json").read_text())["checks"]}
+    paired = "against zero-shot on rt-smollm (paired per row, last checkpoint)"
+    assert checks[f"fedkseed lowers the held-out loss {paired}"] == "holds"
+    assert checks[f"fedkseed raises the held-out accuracy {paired}"] == "inconclusive"
+    assert checks[f"fedkseed-pro lowers the held-out loss {paired}"] == "not measured"
+    # the accuracy verdict stays as it was: 0.75 -> 0.75 is within the unpaired margin
+    assert checks["fedkseed improves over zero-shot on rt-smollm (last round)"] == "inconclusive"
+    assert "| prompt-fedkseed | 2 | 1.0500 -> 1.0400 | -0.0100 +- 0.0000 |" in text

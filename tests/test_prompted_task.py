@@ -121,6 +121,25 @@ def test_the_task_has_no_head_and_its_example_losses_are_per_row() -> None:
     assert torch.allclose(per_row, alone, atol=1e-5)
 
 
+def test_row_metrics_are_per_row_in_the_rows_own_order_and_average_to_evaluate_model() -> None:
+    # the inputs of the paired verdicts (issue 14): evaluation sorts rows by length, the per-row
+    # values must come back in the rows' own order
+    task = TinyPrompted()
+    x, y = torch.from_numpy(task.data.x_test), torch.from_numpy(task.data.y_test)
+    model = task.build_model()
+    loss, correct = task.row_metrics(model, x, y)
+    assert loss.shape == correct.shape == (len(y),)
+    with torch.no_grad():
+        alone = [float(task.example_losses(model, x[i : i + 1], y[i : i + 1])[0])
+                 for i in range(len(y))]
+        right = (task.logits(model, x).argmax(1) == y).numpy()
+    assert np.allclose(loss, alone, atol=1e-5)
+    assert np.array_equal(correct, right)
+    means = task.evaluate_model(model, x, y)
+    assert means["loss"] == pytest.approx(loss.mean(), abs=1e-6)
+    assert means["accuracy"] == pytest.approx(correct.mean())
+
+
 @pytest.fixture
 def tiny_prompted(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``task='rt-smollm'`` resolves to :class:`TinyPrompted` in the apps of this process."""
@@ -178,3 +197,28 @@ def test_rt_smollm_prompts_and_zero_shot_beats_the_majority_rate() -> None:
                             torch.from_numpy(d.y_train[:rows]))
     majority = max(float(d.y_train[:rows].mean()), 1 - float(d.y_train[:rows].mean()))
     assert m["accuracy"] > majority + 0.05, (m, majority)
+
+
+def test_the_suite_rebuilds_fedkseeds_final_model_as_the_nodes_evaluated_it(
+        tmp_path: Path, tiny_prompted: None) -> None:
+    # the paired verdicts (issue 14) evaluate the last checkpoint's model centrally: it must be
+    # the model whose federated evaluation the last round reported, and not the pretrained one
+    from bouquet.apps.bench import load_suite
+
+    suite = load_suite("fedkseed")
+    run = {"task": "rt-smollm", "num-server-rounds": 2, "results-dir": str(tmp_path),
+           "run-name": "prompt-fedkseed", "seed": 1, "batch-size": 8, "sample-deadline": 5.0,
+           "round-timeout": 60.0, "method": "fedkseed", **METHODS["fedkseed"]}
+    folder = execute(LocalGrid(2, run), run).parent
+    last = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()][-1]
+    final = suite.final_rows(tmp_path, "prompt-fedkseed")
+    assert final is not None and final[0] == last["round"] == 2
+    loss, correct = final[1]
+    assert loss.mean() == pytest.approx(last["loss"], abs=1e-4)
+    assert correct.mean() == pytest.approx(last["accuracy"])
+    zero_loss, _ = suite.zero_shot_rows(tmp_path)
+    assert not np.allclose(loss, zero_loss, atol=1e-4)
+    # cached under the checkpoint's round: a second call reads the file
+    assert (folder / suite.ROWS_FILE).is_file()
+    again = suite.final_rows(tmp_path, "prompt-fedkseed")
+    assert again is not None and np.array_equal(again[1][0], loss)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,6 +55,70 @@ class Check:
         """``- claim: measured -> holds`` (a verdict other than "holds" in bold)."""
         mark = self.verdict if self.verdict == HOLDS else f"**{self.verdict}**"
         return f"- {self.claim}: {mark}" + (f" ({self.measured})" if self.measured else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedChange:
+    """The change of a per-row metric between two models evaluated on the same rows.
+
+    Attributes
+    ----------
+    mean : float
+        Mean over rows of ``after - before``.
+    se : float
+        Standard error of that mean: the sample standard deviation of the per-row differences
+        over ``sqrt(n)``. Pairing removes the rows' own difficulty from the noise, so a small
+        but consistent change is resolved where two unpaired means are not.
+    n : int
+        Number of rows.
+
+    """
+
+    mean: float
+    se: float
+    n: int
+
+    def describe(self, name: str, z: float = 2.0) -> str:
+        """``loss change -0.0123 +- 0.0040 (z SE, n rows)`` for a check's ``measured`` text."""
+        return (f"{name} change {self.mean:+.4f} +- {z * self.se:.4f} ({z:g} paired SE, "
+                f"{self.n} rows)")
+
+
+def paired_change(before: Sequence[float], after: Sequence[float]) -> PairedChange:
+    """Mean and standard error of the per-row differences ``after - before``.
+
+    Raises
+    ------
+    ValueError
+        If the two sequences differ in length (the rows must be the same rows).
+
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired rows differ in number: {len(before)} vs {len(after)}")
+    diffs = [float(a) - float(b) for a, b in zip(after, before, strict=True)]
+    n = len(diffs)
+    mean = sum(diffs) / n if n else 0.0
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return PairedChange(mean, math.sqrt(var / n) if n else 0.0, n)
+
+
+def improvement_check(claim: str, change: PairedChange | None, *, lower_is_better: bool,
+                      z: float = 2.0, name: str = "loss") -> Check:
+    """``holds`` when the paired change improves by more than ``z`` standard errors.
+
+    ``does not hold`` when it worsens by more than ``z`` standard errors, ``inconclusive`` in
+    between (also for no change at all), ``not measured`` without a change or with fewer than two
+    rows (no standard error).
+    """
+    if change is None or change.n < 2:
+        return Check(claim, NOT_MEASURED, "" if change is None else f"{change.n} row(s)")
+    gain = -change.mean if lower_is_better else change.mean
+    measured = change.describe(name, z)
+    if gain > z * change.se and gain > 0:
+        return Check(claim, HOLDS, measured)
+    if -gain > z * change.se and gain < 0:
+        return Check(claim, FAILS, measured)
+    return Check(claim, INCONCLUSIVE, measured)
 
 
 def write_checks(out_dir: Path, suite: str, checks: Sequence[Check]) -> Path:

@@ -227,3 +227,24 @@ class RtSmolLM(TextClassificationTask):
         """Accuracy and mean loss, batching rows of similar length (the same metrics, less padding)."""
         order = torch.argsort((x != self.pad_id).sum(1), stable=True)
         return super().evaluate_model(model, x[order], y[order])
+
+    @torch.no_grad()
+    def row_metrics(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row cross-entropy and correctness (float64 and bool, in the rows' own order).
+
+        The inputs of a paired comparison of two models on the same rows
+        (:func:`bouquet.apps.verdicts.paired_change`); their means are :meth:`evaluate_model`'s
+        loss and accuracy. Rows are batched by length as there.
+        """
+        model.eval()
+        order = torch.argsort((x != self.pad_id).sum(1), stable=True)
+        loss = np.empty(len(y), dtype=np.float64)
+        correct = np.empty(len(y), dtype=bool)
+        for i in range(0, len(y), 64):
+            rows = order[i : i + 64]
+            logits = self.logits(model, x[rows])
+            loss[rows.numpy()] = nn.functional.cross_entropy(
+                logits, y[rows], reduction="none").double().numpy()
+            correct[rows.numpy()] = (logits.argmax(1) == y[rows]).numpy()
+        return loss, correct
