@@ -37,9 +37,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bouquet.apps.bench import BenchRun, lookup
 from bouquet.apps.registry import methods
@@ -49,8 +49,12 @@ from bouquet.apps.verdicts import (
     Check,
     improvement_check,
     paired_change,
+    sign_test_check,
     write_checks,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 K, STEPS = 4096, 200
 #: rt-smollm's zeroth-order lr and eps (the centralised probe's choice).
@@ -257,35 +261,68 @@ def zero_shot(out_dir: Path) -> dict[str, float]:
 #: Per-row held-out loss and correctness of a model, cached beside what they were computed from.
 ROWS_FILE = "rows.npz"
 #: (per-row loss, per-row correctness) on the task's held-out rows.
-Rows = tuple[Any, Any]
+Rows = tuple["np.ndarray", "np.ndarray"]
 
 
-def _cached_rows(path: Path, tag: int, compute: Any) -> Rows:
-    """``compute()``'s rows, cached in ``path`` under ``tag`` (recomputed when the tag differs)."""
+def _cached_rows(path: Path, key: str, compute: Callable[[], Rows]) -> Rows:
+    """``compute()``'s rows, cached in ``path`` under ``key`` (a digest of what they come from).
+
+    The rows are recomputed when the key differs (another model, data or config, e.g. a copied
+    folder) or the file cannot be read; the file is replaced atomically.
+    """
+    import io
+    import zipfile
+
     import numpy as np
 
+    from bouquet.strategies.checkpoint import atomic_write
+
     if path.is_file():
-        with np.load(path) as z:
-            if int(z["tag"]) == tag:
-                return z["loss"].copy(), z["correct"].copy()
+        try:
+            with np.load(path) as z:
+                if str(z["key"]) == key:
+                    return z["loss"].copy(), z["correct"].copy()
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            pass  # damaged or of an older format: recompute
     loss, correct = compute()
-    np.savez(path, loss=loss, correct=correct, tag=np.int64(tag))
+    buf = io.BytesIO()
+    np.savez(buf, loss=loss, correct=correct, key=np.str_(key))
+    atomic_write(path, buf.getvalue(), fsync=False)
     return loss, correct
+
+
+def _rows_key(kind: str, *parts: bytes) -> str:
+    """A digest of what a set of rows is computed from: its kind and the bytes of its inputs."""
+    import hashlib
+
+    h = hashlib.sha256(kind.encode())
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _task_fingerprint(task: Any) -> bytes:
+    """The held-out rows (prompts and labels) and the model's source of rt-smollm."""
+    d = task.data
+    return (d.x_test.tobytes() + d.y_test.tobytes() + task.model_source().encode())
 
 
 def zero_shot_rows(out_dir: Path) -> Rows:
     """Per-row loss and correctness of the pretrained rt-smollm on its held-out rows (cached)."""
+    from bouquet.tasks.prompted import RtSmolLM
+
+    task = RtSmolLM()
+
     def compute() -> Rows:
         import torch
 
-        from bouquet.tasks.prompted import RtSmolLM
-
-        task = RtSmolLM()
         d = task.data
         return task.row_metrics(task.pretrained, torch.from_numpy(d.x_test),
                                 torch.from_numpy(d.y_test))
 
-    return _cached_rows(out_dir / f"zero_shot_{ROWS_FILE}", 0, compute)
+    key = _rows_key("zero-shot", _task_fingerprint(task))
+    return _cached_rows(out_dir / f"zero_shot_{ROWS_FILE}", key, compute)
 
 
 def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
@@ -295,7 +332,8 @@ def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
     means. The model is rebuilt here from the checkpoint's accumulator, ``w0 - lr sum_k A[k]
     z(s_k)`` (:func:`bouquet.clients.fedkseed.sync`, the nodes' own replay), and evaluated
     centrally on the same 400 held-out rows: one evaluation per arm, cached in
-    ``RUN/rows.npz`` under the checkpoint's round. None without a checkpoint.
+    ``RUN/rows.npz`` under a digest of the checkpoint's round and accumulator, the run's config
+    and the held-out rows. None without a checkpoint.
     """
     from bouquet.strategies.checkpoint import load_checkpoint
 
@@ -307,27 +345,33 @@ def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
     if "accumulator" not in state:
         return None
 
+    import numpy as np
+
+    from bouquet.tasks.prompted import RtSmolLM
+
+    task = RtSmolLM()
+    config_text = (folder / "config.yaml").read_text()
+    accumulator = np.asarray(state["accumulator"], dtype=np.float64)
+
     def compute() -> Rows:
-        import numpy as np
         import torch
         import yaml
 
         from bouquet.clients.fedkseed import sync
         from bouquet.strategies.fedkseed import FedKSeedConfig
-        from bouquet.tasks.prompted import RtSmolLM
 
-        flat = yaml.safe_load((folder / "config.yaml").read_text())
+        flat = yaml.safe_load(config_text)
         cfg = FedKSeedConfig(num_seeds=int(flat["fedkseed.num-seeds"]),
                              lr=float(flat["fedkseed.lr"]),
                              master_seed=int(flat["fedkseed.master-seed"]))
-        task = RtSmolLM()
         d = task.data
-        accumulator = np.asarray(state["accumulator"], dtype=np.float64)
         rep, _ = sync(("bench-report", str(folder), rnd), task.build_model, cfg, accumulator)
         return task.row_metrics(rep.model, torch.from_numpy(d.x_test),
                                 torch.from_numpy(d.y_test))
 
-    return rnd, _cached_rows(folder / ROWS_FILE, rnd, compute)
+    key = _rows_key("final", str(rnd).encode(), accumulator.tobytes(), config_text.encode(),
+                    _task_fingerprint(task))
+    return rnd, _cached_rows(folder / ROWS_FILE, key, compute)
 
 
 #: The paired comparisons of a ZO arm's final model against zero-shot: metric, claim's verb.
@@ -338,21 +382,29 @@ def paired_checks(arm: str, final: tuple[int, Rows] | None, zero: Rows | None) -
     """The paired loss and accuracy changes of ``arm``'s final model against zero-shot.
 
     Per-row differences on the same held-out rows (``final``: round and rows, ``zero``: the
-    zero-shot rows), judged by :func:`bouquet.apps.verdicts.improvement_check` at two paired
-    standard errors: more sensitive than the accuracy verdict's unpaired margin, which it does
-    not replace. ``not measured`` when either is None (no checkpoint).
+    zero-shot rows): the loss by :func:`bouquet.apps.verdicts.improvement_check` at two paired
+    standard errors, the correctness by the exact sign test at the same level
+    (:func:`bouquet.apps.verdicts.sign_test_check`, since only the few rows that change their
+    answer carry evidence). Both are about this one trained model on these rows: the training's
+    own randomness (seeds) is not in them. They do not replace the accuracy verdict's unpaired
+    margin. ``not measured`` when either is None (no checkpoint).
     """
     out = []
     for name, verb in PAIRED:
         claim = (f"{arm} {verb} against zero-shot on rt-smollm (paired per row, last "
                  "checkpoint)")
-        change = None
-        if final is not None and zero is not None:
-            column = 0 if name == "loss" else 1
-            change = paired_change([float(v) for v in zero[column]],
-                                   [float(v) for v in final[1][column]])
-        out.append(improvement_check(claim, change, lower_is_better=name == "loss",
-                                     name=name if final is None else f"round {final[0]}: {name}"))
+        label = name if final is None else f"round {final[0]}: {name}"
+        if final is None or zero is None:
+            out.append(improvement_check(claim, None, lower_is_better=name == "loss"))
+            continue
+        column = 0 if name == "loss" else 1
+        before = [float(v) for v in zero[column]]
+        after = [float(v) for v in final[1][column]]
+        if name == "loss":
+            out.append(improvement_check(claim, paired_change(before, after),
+                                         lower_is_better=True, name=label))
+        else:
+            out.append(sign_test_check(claim, before, after, name=label))
     return out
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 from typing import Any
 
 from bouquet.apps.bench import load_suite
@@ -214,7 +216,7 @@ def test_fedkseed_rt_smollm_preset_holds_the_values_the_suite_runs() -> None:
 
 
 def test_fedkseed_report_adds_paired_verdicts_from_the_rebuilt_final_model(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
     import numpy as np
@@ -227,14 +229,20 @@ def test_fedkseed_report_adds_paired_verdicts_from_the_rebuilt_final_model(
     # (accuracy unchanged); fedkseed-pro left no checkpoint, so nothing to pair
     zero = np.linspace(0.1, 2.0, 400)
     right = np.arange(400) % 4 != 0
-    np.savez(tmp_path / f"zero_shot_{suite.ROWS_FILE}", loss=zero, correct=right, tag=0)
+    # the rows are cached under a digest of what they come from (here a stand-in for the
+    # task's held-out rows and model): written as the suite writes them, so nothing is evaluated
+    monkeypatch.setattr(suite, "_task_fingerprint", lambda task: b"fixture rows")
+    suite._cached_rows(tmp_path / f"zero_shot_{suite.ROWS_FILE}",
+                       suite._rows_key("zero-shot", b"fixture rows"), lambda: (zero, right))
     checkpoint = tmp_path / "prompt-fedkseed" / "checkpoint"
     from bouquet.strategies.checkpoint import save_checkpoint
 
     save_checkpoint(checkpoint, 2, {"accumulator": np.zeros(8)})
-    (tmp_path / "prompt-fedkseed" / "config.yaml").write_text("fedkseed.lr: 1.0e-05\n")
-    np.savez(tmp_path / "prompt-fedkseed" / suite.ROWS_FILE, loss=zero - 0.01, correct=right,
-             tag=2)
+    config = "fedkseed.lr: 1.0e-05\n"
+    (tmp_path / "prompt-fedkseed" / "config.yaml").write_text(config)
+    key = suite._rows_key("final", b"2", np.zeros(8).tobytes(), config.encode(), b"fixture rows")
+    suite._cached_rows(tmp_path / "prompt-fedkseed" / suite.ROWS_FILE, key,
+                       lambda: (zero - 0.01, right))
     text = suite.report(summaries, tmp_path)
     checks = {c["claim"]: c["verdict"] for c in
               json.loads((tmp_path / "verdicts.json").read_text())["checks"]}

@@ -14,6 +14,7 @@ from bouquet.apps.verdicts import (
     PairedChange,
     improvement_check,
     paired_change,
+    sign_test_check,
 )
 
 
@@ -58,3 +59,23 @@ def test_no_change_is_inconclusive_and_too_few_rows_are_not_measured() -> None:
 def test_the_rows_must_be_the_same_rows() -> None:
     with pytest.raises(ValueError, match="differ in number"):
         paired_change([1.0, 2.0], [1.0])
+
+
+def test_a_few_changed_answers_are_judged_by_the_exact_sign_test() -> None:
+    # 4 of 400 rows turn right and none wrong: 2 paired SE by the normal approximation, but
+    # p = 0.125 exactly, so the sign test calls it inconclusive
+    before = [0.0] * 4 + [1.0] * 396
+    after = [1.0] * 400
+    assert improvement_check("c", paired_change(before, after),
+                             lower_is_better=False).verdict == HOLDS
+    check = sign_test_check("c", before, after)
+    assert check.verdict == INCONCLUSIVE and "p = 0.125" in check.measured
+    # 12 right, 1 wrong: p = 0.0034 < 0.0455 holds; the reverse does not hold
+    before = [0.0] * 12 + [1.0] * 1 + [1.0] * 87
+    after = [1.0] * 12 + [0.0] * 1 + [1.0] * 87
+    assert sign_test_check("c", before, after).verdict == HOLDS
+    assert sign_test_check("c", after, before).verdict == FAILS
+    assert sign_test_check("c", [1.0, 0.0], [1.0, 0.0]).verdict == INCONCLUSIVE
+    assert sign_test_check("c", [1.0], [0.0]).verdict == NOT_MEASURED
+    with pytest.raises(ValueError, match="0/1"):
+        sign_test_check("c", [0.5, 1.0], [1.0, 1.0])

@@ -218,7 +218,22 @@ def test_the_suite_rebuilds_fedkseeds_final_model_as_the_nodes_evaluated_it(
     assert correct.mean() == pytest.approx(last["accuracy"])
     zero_loss, _ = suite.zero_shot_rows(tmp_path)
     assert not np.allclose(loss, zero_loss, atol=1e-4)
-    # cached under the checkpoint's round: a second call reads the file
+    # cached: a second call reads the file and evaluates nothing
     assert (folder / suite.ROWS_FILE).is_file()
-    again = suite.final_rows(tmp_path, "prompt-fedkseed")
-    assert again is not None and np.array_equal(again[1][0], loss)
+    from bouquet.tasks.prompted import RtSmolLM
+
+    def no_evaluation(*_: object, **__: object) -> None:
+        raise AssertionError("the cached rows were recomputed")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RtSmolLM, "row_metrics", no_evaluation)
+        again = suite.final_rows(tmp_path, "prompt-fedkseed")
+        assert again is not None and np.array_equal(again[1][0], loss)
+        # a folder whose run config changed (a copy, an edit) does not reuse the rows
+        (folder / "config.yaml").write_text((folder / "config.yaml").read_text() + "\n# edited\n")
+        with pytest.raises(AssertionError, match="recomputed"):
+            suite.final_rows(tmp_path, "prompt-fedkseed")
+    # a damaged cache file is recomputed, not trusted
+    (folder / suite.ROWS_FILE).write_bytes(b"PK\x03\x04 truncated")
+    rebuilt = suite.final_rows(tmp_path, "prompt-fedkseed")
+    assert rebuilt is not None and np.allclose(rebuilt[1][0], loss)

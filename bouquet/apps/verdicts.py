@@ -121,6 +121,47 @@ def improvement_check(claim: str, change: PairedChange | None, *, lower_is_bette
     return Check(claim, INCONCLUSIVE, measured)
 
 
+def sign_test_check(claim: str, before: Sequence[float], after: Sequence[float], *,
+                    z: float = 2.0, name: str = "accuracy") -> Check:
+    """Exact two-sided sign (McNemar) test of a per-row 0/1 metric, e.g. correctness.
+
+    Only the rows whose value changed carry evidence; with few of them the normal approximation
+    behind :func:`improvement_check` is too lenient (4 of 400 rows turning right and none wrong
+    is 2 paired standard errors, but p = 0.125 exactly). The level is that of ``z`` standard
+    errors of a normal test (0.0455 for ``z = 2``), so both verdicts use one threshold.
+    ``holds`` when more rows turn right than wrong at that level, ``does not hold`` for the
+    reverse, ``inconclusive`` otherwise (also when no row changed), ``not measured`` for fewer
+    than two rows.
+
+    Raises
+    ------
+    ValueError
+        If the two sequences differ in length, or a value is not 0 or 1.
+
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired rows differ in number: {len(before)} vs {len(after)}")
+    if len(before) < 2:
+        return Check(claim, NOT_MEASURED, f"{len(before)} row(s)")
+    pairs = [(float(b), float(a)) for b, a in zip(before, after, strict=True)]
+    if any(v not in (0.0, 1.0) for pair in pairs for v in pair):
+        raise ValueError(f"{name}: a sign test needs 0/1 rows")
+    gained = sum(1 for b, a in pairs if a > b)
+    lost = sum(1 for b, a in pairs if a < b)
+    level = math.erfc(z / math.sqrt(2.0))
+    p_value = 1.0
+    if gained + lost:
+        from scipy.stats import binomtest  # only a report needs scipy here
+
+        p_value = float(binomtest(gained, gained + lost, 0.5).pvalue)
+    measured = (f"{name} change {(gained - lost) / len(pairs):+.4f}: {gained} rows turned right, "
+                f"{lost} wrong, of {len(pairs)}; exact sign test p = {p_value:.3g} "
+                f"(level {level:.4f}, as {z:g} SE)")
+    if p_value < level:
+        return Check(claim, HOLDS if gained > lost else FAILS, measured)
+    return Check(claim, INCONCLUSIVE, measured)
+
+
 def write_checks(out_dir: Path, suite: str, checks: Sequence[Check]) -> Path:
     """Write ``out_dir/verdicts.json``; return its path."""
     path = out_dir / FILENAME
