@@ -27,7 +27,7 @@ from bouquet.apps.registry import get_task
 from bouquet.apps.results import CLIENT_STATE_DIR, default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
-from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF
+from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF, partition_cache_folder
 from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 from bouquet.wire.actions import ACTION_KEY, INIT_ACTION
@@ -67,7 +67,8 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
             "node config needs partition-id and num-partitions "
             "(flower-supernode --node-config 'partition-id=0 num-partitions=2')"
         ) from exc
-    env = ClientEnv(cfg.common, cfg.sections, _task(cfg.task_name), pid, n)
+    env = ClientEnv(cfg.common, cfg.sections, _task(cfg.task_name), pid, n,
+                    partition_cache=partition_cache_folder(context))
     return cfg, env
 
 
@@ -179,8 +180,8 @@ def query(msg: Message, context: Context) -> Message:
     cfg, env = environment(context)
     action = message_config(msg).get(ACTION_KEY, "")
     if is_hello(msg):
-        size = env.task.num_examples(env.partition_id, env.num_partitions, env.common)
-        return answer_hello(msg, context, num_examples=int(size), partition_id=env.partition_id,
+        size = env.num_examples()  # from the node's partition cache when it has the entry
+        return answer_hello(msg, context, num_examples=size, partition_id=env.partition_id,
                             num_partitions=env.num_partitions)
     if action == INIT_ACTION:
         if not isinstance(env.task, ModelTask):  # a task without a model (bandits)
