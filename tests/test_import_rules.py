@@ -255,6 +255,38 @@ def test_a_message_with_cached_rows_imports_no_data_library(tmp_path: Path) -> N
     assert warm == []
 
 
+#: A hello in a fresh process on a node whose partition cache is in ``sys.argv[1]``.
+_HELLO_PROBE = r"""
+import json, sys
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+from bouquet.apps import client_app
+from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
+TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
+ctx = Context(1, 7, {"partition-id": 1, "num-partitions": 3, "partition-cache": sys.argv[1]},
+              RecordDict(), {"method": "fedavg", "task": "digits-mlp", "run-name": "r"})
+msg = Message(RecordDict({"config": ConfigRecord({ACTION_KEY: HELLO_ACTION, "method": "fedavg"})}),
+              dst_node_id=7, message_type="query")
+size = int(client_app.query(msg, ctx).content["info"]["num-examples"])
+print(json.dumps([size, sorted({m.split(".")[0] for m in sys.modules} & {"torch", "sklearn"})]))
+"""
+
+
+def test_a_hello_with_a_cached_partition_imports_no_torch(tmp_path: Path) -> None:
+    """The second hello of a node counts from its partition cache: no task module, no torch."""
+    def hello() -> list[object]:
+        proc = subprocess.run([sys.executable, "-c", _HELLO_PROBE, str(tmp_path)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    cold_size, cold = hello()
+    assert cold == ["sklearn", "torch"]  # the first one loads the task and the dataset
+    warm_size, warm = hello()
+    assert warm_size == cold_size and warm == []
+
+
 def test_the_strategies_package_loads_its_names_on_first_use() -> None:
     code = ("import sys, bouquet.strategies as s\n"
             "assert 'bouquet.strategies.scaffold' not in sys.modules\n"

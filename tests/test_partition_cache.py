@@ -21,6 +21,7 @@ from bouquet.tasks.classification import Arrays, ClassificationTask
 from bouquet.tasks.digits import DigitsMLP
 from bouquet.tasks.partition_cache import (
     PartitionCache,
+    cached_count,
     load_partition,
     partition_key,
     partition_size,
@@ -211,7 +212,40 @@ def test_a_hello_reads_the_count_without_loading_the_dataset(
     loads.clear()
     assert hello_in_a_fresh_process() == expected and len(loads) == 1  # cold: loads, stores
     assert hello_in_a_fresh_process() == expected and len(loads) == 1  # warm: no load
+
+    def no_task(name: str) -> None:
+        raise AssertionError("a warm hello loaded the task")
+
+    with monkeypatch.context() as m:  # warm: not even the task (its module imports torch)
+        m.setattr(client_app, "_task", no_task)
+        ctx = Context(1, 7, node_config, RecordDict(), run_config)  # type: ignore[arg-type]
+        msg = Message(RecordDict({"config": ConfigRecord({ACTION_KEY: HELLO_ACTION,
+                                                          "method": "fedavg"})}),
+                      dst_node_id=7, message_type="query")
+        assert int(client_app.query(msg, ctx).content["info"]["num-examples"]) == expected  # type: ignore[index]
     client_app._task.cache_clear()
+
+
+def test_the_hello_index_is_checked_again(tmp_path: Path, data_file: Path) -> None:
+    """The torch-free count holds only while the recorded fingerprint inputs do."""
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    built = load_partition(FileTask(data_file), 0, 2, cfg, cache)
+    name = f"{FileTask.__module__}.{FileTask.__qualname__}"
+    assert cached_count(cache.folder, "file-task", name, 0, 2, cfg) == built.num_train
+    assert cached_count(cache.folder, "file-task", "other.Class", 0, 2, cfg) is None
+    assert cached_count(cache.folder, "file-task", name, 1, 2, cfg) is None
+    st = data_file.stat()
+    os.utime(data_file, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the data changed
+    assert cached_count(cache.folder, "file-task", name, 0, 2, cfg) is None
+    os.utime(data_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cached_count(cache.folder, "file-task", name, 0, 2, cfg) == built.num_train
+    key = partition_key(FileTask(data_file), 0, 2, cfg)
+    assert key is not None
+    (cache.entry(key) / "y_train.npy").write_bytes(b"")  # the entry itself is checked too
+    assert cached_count(cache.folder, "file-task", name, 0, 2, cfg) is None
+    index = next((cache.folder / "hello").glob("*.json"))
+    index.write_text("{")
+    assert cached_count(cache.folder, "file-task", name, 0, 2, cfg) is None
 
 
 def test_env_counts_without_a_cache_as_before(data_file: Path) -> None:

@@ -56,9 +56,13 @@ def _procedure(path: str) -> ClientProcedure:
     return load_object(path)()  # type: ignore[no-any-return]
 
 
-def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
-    """Resolve the run config and build the node's :class:`ClientEnv` (cached per process)."""
-    cfg = _resolve(tuple(sorted(context.run_config.items())))
+def run_config_of(context: Context) -> RunConfig:
+    """The resolved run config (cached per process)."""
+    return _resolve(tuple(sorted(context.run_config.items())))
+
+
+def node_partition(context: Context) -> tuple[int, int]:
+    """Return the node config's ``partition-id`` and ``num-partitions``."""
     try:
         pid = int(context.node_config["partition-id"])  # type: ignore[arg-type]
         n = int(context.node_config["num-partitions"])  # type: ignore[arg-type]
@@ -67,9 +71,32 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
             "node config needs partition-id and num-partitions "
             "(flower-supernode --node-config 'partition-id=0 num-partitions=2')"
         ) from exc
+    return pid, n
+
+
+def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
+    """Resolve the run config and build the node's :class:`ClientEnv` (cached per process)."""
+    cfg = run_config_of(context)
+    pid, n = node_partition(context)
     env = ClientEnv(cfg.common, cfg.sections, _task(cfg.task_name), pid, n,
                     partition_cache=partition_cache_folder(context))
     return cfg, env
+
+
+def cached_hello_size(context: Context, cfg: RunConfig) -> int | None:
+    """A hello's count from the node's partition cache, before the task (and torch) is loaded.
+
+    None when the node has no partition cache, no entry for this partition, or one whose
+    fingerprint inputs no longer hold (:func:`bouquet.tasks.partition_cache.cached_count`).
+    """
+    folder = partition_cache_folder(context)
+    if folder is None:
+        return None
+    from bouquet.tasks.partition_cache import cached_count
+
+    pid, n = node_partition(context)
+    module, _, attr = get_task(cfg.task_name).factory.partition(":")
+    return cached_count(folder, cfg.task_name, f"{module}.{attr}", pid, n, cfg.common)
 
 
 #: Node-config key: ``fsync`` (every saved version flushed to the disk before the reply leaves)
@@ -177,12 +204,17 @@ def evaluate(msg: Message, context: Context) -> Message:
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Answer hello / initial-arrays, or pass the action to the method."""
+    if is_hello(msg):  # from the node's partition cache when it has the entry (no task load)
+        size = cached_hello_size(context, run_config_of(context))
+        if size is not None:
+            pid, n = node_partition(context)
+            return answer_hello(msg, context, num_examples=size, partition_id=pid,
+                                num_partitions=n)
     cfg, env = environment(context)
     action = message_config(msg).get(ACTION_KEY, "")
     if is_hello(msg):
-        size = env.num_examples()  # from the node's partition cache when it has the entry
-        return answer_hello(msg, context, num_examples=size, partition_id=env.partition_id,
-                            num_partitions=env.num_partitions)
+        return answer_hello(msg, context, num_examples=env.num_examples(),
+                            partition_id=env.partition_id, num_partitions=env.num_partitions)
     if action == INIT_ACTION:
         if not isinstance(env.task, ModelTask):  # a task without a model (bandits)
             return Message(RecordDict(), reply_to=msg)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bouquet.schema import CommonConfig
-from bouquet.tasks.fingerprint import data_fingerprint
+from bouquet.tasks.fingerprint import digest_of, fingerprint_inputs
 from bouquet.tasks.partition import partition_rows
 from bouquet.tasks.torch_utils import generator, get_arrays, set_arrays, sgd_steps
 
@@ -112,10 +112,16 @@ class ClassificationTask(MiniBatches):
 
         See :mod:`bouquet.tasks.fingerprint`; a node's partition cache is keyed by it.
         """
+        inputs = self.data_fingerprint_inputs()
+        return None if inputs is None else digest_of(inputs)
+
+    def data_fingerprint_inputs(self) -> dict[str, Any] | None:
+        """What :meth:`data_fingerprint` digests (None: not cacheable)."""
         sources = self.data_sources()
         if sources is None:
             return None
-        return data_fingerprint(type(self), sources, self.data_packages, self.fingerprint_modules)
+        return fingerprint_inputs(type(self), sources, self.data_packages,
+                                  self.fingerprint_modules)
 
     @cached_property
     def data(self) -> Arrays:

@@ -34,18 +34,22 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from bouquet.tasks.classification import LocalData
+from bouquet.tasks.fingerprint import digest_of, inputs_hold
+
+if TYPE_CHECKING:  # torch only where rows are built or mapped: a hello's count needs none
+    from bouquet.tasks.classification import LocalData
 
 #: Version of the entry layout (part of every key).
 FORMAT = 1
 #: The arrays of an entry, in :class:`~bouquet.tasks.classification.LocalData`'s order.
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 META = "meta.json"
+#: Folder of the hello index: per partition (without the fingerprint), the fingerprint's inputs.
+HELLO_DIR = "hello"
 #: Temporary folders of writers that died are removed after this many seconds.
 STALE_TMP_S = 3600.0
 
@@ -128,6 +132,10 @@ class PartitionCache:
 
     def load(self, key: PartitionKey) -> LocalData | None:
         """``key``'s partition, memory-mapped, or None when the entry is absent or not intact."""
+        import torch
+
+        from bouquet.tasks.classification import LocalData
+
         meta = self._meta(key)
         if meta is None:
             return None
@@ -145,8 +153,14 @@ class PartitionCache:
         return LocalData(*tensors)
 
     # --------------------------------------------------------------- writing
-    def store(self, key: PartitionKey, local: LocalData) -> None:
-        """Write ``local`` as ``key``'s entry, atomically, replacing a stale or damaged one."""
+    def store(self, key: PartitionKey, local: LocalData,
+              inputs: dict[str, Any] | None = None) -> None:
+        """Write ``local`` as ``key``'s entry, atomically, replacing a stale or damaged one.
+
+        With ``inputs`` (the fingerprint's :func:`~bouquet.tasks.fingerprint.fingerprint_inputs`),
+        the hello index is written too, so that :func:`cached_count` finds the entry without the
+        task.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
         entry = self.entry(key)
         self._remove_stale_tmp(entry.name)
@@ -164,6 +178,13 @@ class PartitionCache:
             self._install(tmp, entry)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        if inputs is not None and digest_of(inputs) == key.fingerprint:
+            index = self.folder / HELLO_DIR / f"{hello_name(key)}.json"
+            index.parent.mkdir(exist_ok=True)
+            fd, part = tempfile.mkstemp(dir=index.parent, prefix=index.name, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": FORMAT, "inputs": inputs}, f, sort_keys=True)
+            os.replace(part, index)
 
     def _install(self, tmp: Path, entry: Path) -> None:
         """Rename ``tmp`` to ``entry``; an old entry there is moved aside and removed first."""
@@ -189,6 +210,33 @@ class PartitionCache:
                 pass
 
 
+def hello_name(key: PartitionKey) -> str:
+    """Name of a partition's hello index file: the key without the fingerprint."""
+    fields = {**dataclasses.asdict(key), "fingerprint": ""}
+    return hashlib.sha256(json.dumps([FORMAT, fields], sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _inputs_of(task: Any) -> tuple[str, dict[str, Any] | None] | None:
+    """The task's fingerprint and its inputs (None: not cacheable; an error is "not cacheable")."""
+    try:
+        get_inputs = getattr(task, "data_fingerprint_inputs", None)
+        inputs = get_inputs() if callable(get_inputs) else None
+        fingerprint = digest_of(inputs) if inputs is not None else task.data_fingerprint()
+    except (OSError, ImportError, ValueError):
+        return None
+    if not isinstance(fingerprint, str) or not fingerprint:
+        return None
+    return fingerprint, inputs
+
+
+def _key(task_name: str, fingerprint: str, partition_id: int, num_partitions: int,
+         common: Any) -> PartitionKey:
+    return PartitionKey(task=task_name, fingerprint=fingerprint, scheme=common.partition,
+                        dirichlet_alpha=float(common.dirichlet_alpha),
+                        classes_per_client=int(common.classes_per_client), seed=int(common.seed),
+                        partition_id=partition_id, num_partitions=num_partitions)
+
+
 def partition_key(task: Any, partition_id: int, num_partitions: int,
                   common: Any) -> PartitionKey | None:
     """The key of a task's partition, or None when the task cannot say what its data are.
@@ -197,30 +245,27 @@ def partition_key(task: Any, partition_id: int, num_partitions: int,
     ``partition`` gives :class:`~bouquet.tasks.classification.LocalData`); an error while
     computing it (a data file gone) means no cache, never a failed message.
     """
-    try:
-        fingerprint = task.data_fingerprint()
-    except (OSError, ImportError, ValueError):
-        return None
-    if not isinstance(fingerprint, str) or not fingerprint:
-        return None
-    return PartitionKey(task=str(task.name), fingerprint=fingerprint, scheme=common.partition,
-                        dirichlet_alpha=float(common.dirichlet_alpha),
-                        classes_per_client=int(common.classes_per_client), seed=int(common.seed),
-                        partition_id=partition_id, num_partitions=num_partitions)
+    found = _inputs_of(task)
+    return None if found is None else _key(str(task.name), found[0], partition_id,
+                                           num_partitions, common)
 
 
 def load_partition(task: Any, partition_id: int, num_partitions: int, common: Any,
                    cache: PartitionCache) -> Any:
     """The partition from ``cache``, else built by the task (and then stored in ``cache``)."""
-    key = partition_key(task, partition_id, num_partitions, common)
+    from bouquet.tasks.classification import LocalData
+
+    found = _inputs_of(task)
+    key = None if found is None else _key(str(task.name), found[0], partition_id,
+                                          num_partitions, common)
     if key is not None:
         local = cache.load(key)
         if local is not None:
             return local
     local = task.partition(partition_id, num_partitions, common)
-    if key is not None and isinstance(local, LocalData):
+    if key is not None and found is not None and isinstance(local, LocalData):
         try:
-            cache.store(key, local)
+            cache.store(key, local, found[1])
         except OSError:  # a full or read-only disk costs the next message a load, nothing else
             pass
     return local
@@ -231,3 +276,28 @@ def partition_size(task: Any, partition_id: int, num_partitions: int, common: An
     """The training rows of the cached partition, without loading it (None: not cached)."""
     key = partition_key(task, partition_id, num_partitions, common)
     return None if key is None else cache.count(key)
+
+
+def cached_count(folder: Path, task_name: str, task_class: str, partition_id: int,
+                 num_partitions: int, common: Any) -> int | None:
+    """A hello's count from the cache alone: no task object, no task module, no torch.
+
+    The hello index names the fingerprint's inputs; they are checked again
+    (:func:`~bouquet.tasks.fingerprint.inputs_hold`: the task's module sources, data files and
+    package versions), the fingerprint recomputed from them, and the entry of that key counted
+    (:meth:`PartitionCache.count`). ``task_class`` (``"module.Class"``, what the task's name
+    stands for now) must be the class the entry was made for. Any mismatch or damage is None:
+    the caller counts as usual.
+    """
+    probe = _key(task_name, "", partition_id, num_partitions, common)
+    try:
+        index = json.loads((folder / HELLO_DIR / f"{hello_name(probe)}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    inputs = index.get("inputs") if isinstance(index, dict) else None
+    if (not isinstance(index, dict) or index.get("format") != FORMAT
+            or not isinstance(inputs, dict) or inputs.get("class") != task_class
+            or not inputs_hold(inputs)):
+        return None
+    key = dataclasses.replace(probe, fingerprint=digest_of(inputs))  # type: ignore[arg-type]
+    return PartitionCache(folder).count(key)
