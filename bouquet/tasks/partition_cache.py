@@ -17,11 +17,15 @@ it here (:class:`PartitionCache`), one folder per :class:`PartitionKey`::
   BLAKE2b digest. An entry whose meta does not parse or names another key, whose file is
   missing, truncated or of another shape or dtype, or whose bytes do not match the digest is a
   miss; the partition is then built from the dataset and the entry rewritten.
-* **Memory-mapped**: the arrays are read with ``np.load(mmap_mode="c")`` (copy-on-write), so a
-  message pages in the rows it touches and never copies the partition.
+* **Memory-mapped**: the arrays are read with ``np.load(mmap_mode="c")`` (copy-on-write): the
+  digest check reads each file once through the page cache, and the process never holds a
+  private copy of the partition (a write to the tensors stays in the process).
 
 :meth:`PartitionCache.count` answers a hello's "how many training rows" from ``meta.json`` and
-the files' sizes alone (the digests are checked when the rows are loaded).
+the files' sizes alone (the digests are checked when the rows are loaded), and
+:func:`cached_count` does so without the task: ``<cache>/hello/<partition>.json`` keeps the
+fingerprint's inputs, checked again by :func:`~bouquet.tasks.fingerprint.inputs_hold`, so a hello
+on a warm node imports neither the task's module nor torch.
 """
 
 from __future__ import annotations
