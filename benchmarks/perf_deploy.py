@@ -11,7 +11,8 @@ parts inside each of those processes, not by subtraction of run times:
 * the app run on the fleet is bouquet's (``bouquet.apps.fab.write_app``) with its ClientApp
   wrapped by ``perf_probe.py``, which times the import of bouquet's ClientApp, the run config's
   resolution, the task load, the client procedure's load and the message's own work (training,
-  the hello's count, node-state restore/save);
+  the hello's count, node-state restore/save) and, inside it, the time spent getting the node's
+  rows (``rows``: the dataset load and split, or the node's partition cache);
 * the process's creation time comes from the kernel (``psutil``) and its end from ``atexit``.
 
 Every method runs ``--rounds`` rounds with its conformance settings (``Method.test_config``,
@@ -136,6 +137,12 @@ def _with_node_memory(msg, context, cfg, env, answer):
 
 _ca.with_node_memory = _with_node_memory
 
+from bouquet.clients import base as _base  # noqa: E402
+
+# the node's rows (dataset load and split, or the partition cache) inside a message's work
+_base._local_data = _timed("rows_s", _base._local_data)
+_base.ClientEnv.num_examples = _timed("count_s", _base.ClientEnv.num_examples)
+
 
 def _write(extra):
     with open(LOG, "a") as f:
@@ -228,6 +235,7 @@ def breakdown(rows: list[dict[str, Any]]) -> dict[str, float]:
         "procedure load": [r.get("procedure_load_s", 0.0) for r in rows],
         "work": [r.get("work_s", r["call_s"] - r.get("resolve_s", 0.0) - r.get("task_load_s", 0.0))
                  for r in rows],
+        "rows": [_rows(r) for r in rows],
         "process": [r["exit_at"] - r["created_at"] for r in rows if "exit_at" in r],
     }
     out = {k: med(v) for k, v in parts.items()}
@@ -235,7 +243,32 @@ def breakdown(rows: list[dict[str, Any]]) -> dict[str, float]:
     out["hf_loaded"] = float(any(r.get("hf_loaded") for r in rows))
     out["overhead"] = med([r["exit_at"] - r["created_at"] - r.get("work_s", 0.0)
                            for r in rows if "exit_at" in r])
+    out["beyond training"] = med([r["exit_at"] - r["created_at"] - r.get("work_s", 0.0)
+                                  + (_rows(r) if "work_s" in r else 0.0)
+                                  for r in rows if "exit_at" in r])
     return out
+
+
+def by_kind(rows: list[dict[str, Any]]) -> str:
+    """``hello 12.2 / 3.4 / 3.3, train ...``: medians per message kind."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: r["created_at"]):
+        kind = "hello" if r.get("action") == "bouquet.hello" else str(r.get("type", "?"))
+        groups.setdefault(kind, []).append(r)
+    parts = []
+    for kind, recs in groups.items():
+        ends = [r["exit_at"] - r["created_at"] for r in recs if "exit_at" in r]
+        proc = statistics.median(ends) if ends else float("nan")
+        work = statistics.median(r.get("work_s", r["call_s"] - r.get("resolve_s", 0.0)
+                                       - r.get("task_load_s", 0.0)) for r in recs)
+        rows_s = statistics.median(_rows(r) for r in recs)
+        parts.append(f"{kind} x{len(recs)} {proc:.2f} / {work:.2f} / {rows_s:.2f}")
+    return ", ".join(parts)
+
+
+def _rows(rec: dict[str, Any]) -> float:
+    """Seconds a message spent getting the node's rows (a hello: counting them)."""
+    return max(rec.get("rows_s", 0.0), rec.get("count_s", 0.0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(site)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     results: dict[str, dict[str, float]] = {}
+    kinds: dict[str, str] = {}
     fleet_start = time.perf_counter()
     with LocalFleet(args.nodes, workdir=work / "fleet") as fleet:
         fleet_up = time.perf_counter() - fleet_start
@@ -270,22 +304,27 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             cfg = run_config(m, args.rounds, args.nodes, work / "deploy", m)
             fleet.run(cfg, timeout=1800, app=app)
-            results[m] = {"deploy_s": time.perf_counter() - start,
-                          **breakdown(message_rows(log))}
+            rows = message_rows(log)
+            results[m] = {"deploy_s": time.perf_counter() - start, **breakdown(rows)}
+            kinds[m] = by_kind(rows)
     print(f"fleet start ({args.nodes} SuperNodes, TLS + authentication): {fleet_up:.1f} s")
     print(f"\n{args.rounds} round(s), {args.nodes} nodes; per message: median seconds inside the "
           "flwr-clientapp process")
     cols = ["interpreter", "flower start", "pull", "FAB install", "bouquet import", "config",
-            "task load", "procedure load", "work", "process", "overhead"]
+            "task load", "procedure load", "work", "rows", "process", "overhead",
+            "beyond training"]
     print("| method | in process s | fleet s | msgs | " + " | ".join(cols)
-          + " | overhead / bare |")
+          + " | beyond training / bare |")
     print("|" + "---|" * (len(cols) + 5))
     for m in methods:
         r = results[m]
         yard = bare["hf"] if r["hf_loaded"] else bare["torch"]
         cells = " | ".join(f"{r[c]:.2f}" for c in cols)
         print(f"| {m} | {inproc[m]:.2f} | {r['deploy_s']:.1f} | {int(r['messages'])} | {cells} | "
-              f"{r['overhead'] / yard:.2f} |")
+              f"{r['beyond training'] / yard:.2f} |")
+    print("\nby message (median process / work / rows s, in the order the fleet ran them):")
+    for m in methods:
+        print(f"  {m}: {kinds[m]}")
     print(f"\nlogs: {work}")
     return 0
 

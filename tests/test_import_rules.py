@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import bouquet
 
 ROOT = Path(bouquet.__file__).parent
@@ -129,17 +131,14 @@ def test_the_wire_layer_imports_only_compression_and_schema() -> None:
 
 
 #: What a client half may still take from bouquet.strategies, and why. Wire names and codecs come
-#: from bouquet.wire; what is left is (a) the method's settings sections, declared once beside the
-#: strategy that registers them, and (b) numpy math the node must compute exactly as the server
-#: does (one definition, not a twin): LinUCB's protocol derivation (it needs the privacy
-#: calibration of bouquet.privacy, which the wire layer may not import), SCAFFOLD's control step,
-#: the LoRA layout and merge, and the checkpoint format both sides persist their state in.
+#: from bouquet.wire; what is left is (a) the methods' settings sections, in
+#: ``bouquet.strategies.sections`` (any name: they are dataclasses of keys, and SCAFFOLD's
+#: control step derived from them), and (b) numpy math the node must compute exactly as the
+#: server does (one definition, not a twin): LinUCB's protocol derivation (it needs the privacy
+#: calibration of bouquet.privacy, which the wire layer may not import), the LoRA layout and
+#: merge, and the checkpoint format both sides persist their state in.
+SECTIONS = "bouquet.strategies.sections"
 CLIENT_USES_OF_STRATEGIES = {
-    "bouquet.strategies.compressed_fedavg": {"FedAvgCompressedConfig", "FedEFConfig"},
-    "bouquet.strategies.fedcg": {"FedcgConfig"},
-    "bouquet.strategies.fedkseed": {"FedKSeedConfig"},
-    "bouquet.strategies.scaffold": {"ScaffoldConfig", "ScallionConfig", "ScafcomConfig",
-                                    "control_step"},
     "bouquet.strategies.lora": {"LoraConfig", "FedSBConfig", "Adapted", "adapted_modules",
                                 "head_names", "split_names", "lora_a_init", "merge", "lora_variant"},
     "bouquet.strategies.linucb": {"LinUCBConfig", "DPLinUCBConfig", "Protocol", "make_protocol",
@@ -156,6 +155,8 @@ def test_clients_take_only_configs_and_shared_math_from_strategies() -> None:
     bad = []
     for path in (ROOT / "clients").rglob("*.py"):
         for module, name in _imported_names(path, "bouquet.strategies"):
+            if module.startswith(SECTIONS + ".") or module == SECTIONS:
+                continue
             if name not in CLIENT_USES_OF_STRATEGIES.get(module, set()):
                 bad.append(f"{path.name}: from {module} import {name}")
     assert bad == []
@@ -194,6 +195,96 @@ def test_the_client_app_imports_no_strategy_module_and_no_scipy() -> None:
     after_import, after_message = json.loads(proc.stdout.strip().splitlines()[-1])
     assert after_import == []
     assert after_message == []
+
+
+#: One message of ``method`` in a fresh process, as a SuperNode with ``state-dir`` runs it:
+#: resolve the run config, load the task and the client procedure, and (``rows``) the node's
+#: partition through its partition cache. Prints the strategy modules and the data and model
+#: libraries that were loaded.
+_MESSAGE_PROBE = r"""
+import json, sys
+import bouquet.apps.client_app as ca
+from bouquet.apps.config import full_run_config
+from bouquet.clients.base import ClientEnv
+method, task, cache, rows = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "rows"
+cfg = ca._resolve(tuple(sorted(full_run_config({"method": method, "task": task}).items())))
+resolved = sorted(m for m in sys.modules if m.startswith("bouquet.strategies."))
+env = ClientEnv(cfg.common, cfg.sections, ca._task(cfg.task_name), 0, 3,
+                partition_cache=__import__("pathlib").Path(cache))
+ca._procedure(cfg.method.client)
+if rows:
+    env.local_data()
+libraries = sorted({m.split(".")[0] for m in sys.modules} & {LIBRARIES})
+print(json.dumps([resolved, sorted(m for m in sys.modules if m.startswith("bouquet.strategies.")),
+                  libraries]))
+"""
+#: Libraries that only a dataset load or a split needs (never a message whose rows are cached).
+DATA_LIBRARIES = ("sklearn", "datasets", "flwr_datasets", "pandas", "scipy")
+#: What a message of a torch method may load from bouquet.strategies: the sections, and the
+#: checkpoint format node-state persistence shares with the server.
+MESSAGE_STRATEGY_MODULES = ("bouquet.strategies.sections", "bouquet.strategies.checkpoint")
+
+
+def _message_probe(method: str, task: str, cache: Path, rows: bool) -> list[list[str]]:
+    code = _MESSAGE_PROBE.replace("{LIBRARIES}", repr(set(DATA_LIBRARIES) | {"transformers"}))
+    proc = subprocess.run([sys.executable, "-c", code, method, task, str(cache),
+                           "rows" if rows else "-"], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "scafcom", "fedkseed"])
+def test_a_message_imports_only_what_its_method_needs(method: str, tmp_path: Path) -> None:
+    """Resolving a run config loads only the sections; a torch client no strategy module.
+
+    The config dataclasses live in ``bouquet.strategies.sections`` (issue 17, target 3): before,
+    a message's config resolution imported all the strategy modules for their config classes.
+    """
+    resolved, loaded, libraries = _message_probe(method, "digits-mlp", tmp_path, rows=False)
+    assert all(m.startswith(MESSAGE_STRATEGY_MODULES) for m in resolved), resolved
+    assert all(m.startswith(MESSAGE_STRATEGY_MODULES) for m in loaded), loaded
+    assert libraries == []  # the task modules import their data libraries lazily
+
+
+def test_a_message_with_cached_rows_imports_no_data_library(tmp_path: Path) -> None:
+    """With the node's partition on disk, a message maps its rows and loads no dataset code."""
+    _, _, cold = _message_probe("fedavg", "digits-mlp", tmp_path, rows=True)
+    assert "sklearn" in cold  # the first message loads the dataset (and fills the cache)
+    _, _, warm = _message_probe("fedavg", "digits-mlp", tmp_path, rows=True)
+    assert warm == []
+
+
+#: A hello in a fresh process on a node whose partition cache is in ``sys.argv[1]``.
+_HELLO_PROBE = r"""
+import json, sys
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+from bouquet.apps import client_app
+from bouquet.wire.actions import ACTION_KEY, HELLO_ACTION
+TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 7, 1
+ctx = Context(1, 7, {"partition-id": 1, "num-partitions": 3, "partition-cache": sys.argv[1]},
+              RecordDict(), {"method": "fedavg", "task": "digits-mlp", "run-name": "r"})
+msg = Message(RecordDict({"config": ConfigRecord({ACTION_KEY: HELLO_ACTION, "method": "fedavg"})}),
+              dst_node_id=7, message_type="query")
+size = int(client_app.query(msg, ctx).content["info"]["num-examples"])
+print(json.dumps([size, sorted({m.split(".")[0] for m in sys.modules} & {"torch", "sklearn"})]))
+"""
+
+
+def test_a_hello_with_a_cached_partition_imports_no_torch(tmp_path: Path) -> None:
+    """The second hello of a node counts from its partition cache: no task module, no torch."""
+    def hello() -> list[object]:
+        proc = subprocess.run([sys.executable, "-c", _HELLO_PROBE, str(tmp_path)],
+                              capture_output=True, text=True, timeout=300,
+                              env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+    cold_size, cold = hello()
+    assert cold == ["sklearn", "torch"]  # the first one loads the task and the dataset
+    warm_size, warm = hello()
+    assert warm_size == cold_size and warm == []
 
 
 def test_the_strategies_package_loads_its_names_on_first_use() -> None:

@@ -27,7 +27,7 @@ from bouquet.apps.registry import get_task
 from bouquet.apps.results import CLIENT_STATE_DIR, default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
-from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF
+from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF, partition_cache_folder
 from bouquet.clients.persistence import NodeStore, persist, restore
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 from bouquet.wire.actions import ACTION_KEY, INIT_ACTION
@@ -56,9 +56,13 @@ def _procedure(path: str) -> ClientProcedure:
     return load_object(path)()  # type: ignore[no-any-return]
 
 
-def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
-    """Resolve the run config and build the node's :class:`ClientEnv` (cached per process)."""
-    cfg = _resolve(tuple(sorted(context.run_config.items())))
+def run_config_of(context: Context) -> RunConfig:
+    """The resolved run config (cached per process)."""
+    return _resolve(tuple(sorted(context.run_config.items())))
+
+
+def node_partition(context: Context) -> tuple[int, int]:
+    """Return the node config's ``partition-id`` and ``num-partitions``."""
     try:
         pid = int(context.node_config["partition-id"])  # type: ignore[arg-type]
         n = int(context.node_config["num-partitions"])  # type: ignore[arg-type]
@@ -67,8 +71,32 @@ def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
             "node config needs partition-id and num-partitions "
             "(flower-supernode --node-config 'partition-id=0 num-partitions=2')"
         ) from exc
-    env = ClientEnv(cfg.common, cfg.sections, _task(cfg.task_name), pid, n)
+    return pid, n
+
+
+def environment(context: Context) -> tuple[RunConfig, ClientEnv]:
+    """Resolve the run config and build the node's :class:`ClientEnv` (cached per process)."""
+    cfg = run_config_of(context)
+    pid, n = node_partition(context)
+    env = ClientEnv(cfg.common, cfg.sections, _task(cfg.task_name), pid, n,
+                    partition_cache=partition_cache_folder(context))
     return cfg, env
+
+
+def cached_hello_size(context: Context, cfg: RunConfig) -> int | None:
+    """A hello's count from the node's partition cache, before the task (and torch) is loaded.
+
+    None when the node has no partition cache, no entry for this partition, or one whose
+    fingerprint inputs no longer hold (:func:`bouquet.tasks.partition_cache.cached_count`).
+    """
+    folder = partition_cache_folder(context)
+    if folder is None:
+        return None
+    from bouquet.tasks.partition_cache import cached_count
+
+    pid, n = node_partition(context)
+    module, _, attr = get_task(cfg.task_name).factory.partition(":")
+    return cached_count(folder, cfg.task_name, f"{module}.{attr}", pid, n, cfg.common)
 
 
 #: Node-config key: ``fsync`` (every saved version flushed to the disk before the reply leaves)
@@ -176,12 +204,17 @@ def evaluate(msg: Message, context: Context) -> Message:
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Answer hello / initial-arrays, or pass the action to the method."""
+    if is_hello(msg):  # from the node's partition cache when it has the entry (no task load)
+        size = cached_hello_size(context, run_config_of(context))
+        if size is not None:
+            pid, n = node_partition(context)
+            return answer_hello(msg, context, num_examples=size, partition_id=pid,
+                                num_partitions=n)
     cfg, env = environment(context)
     action = message_config(msg).get(ACTION_KEY, "")
     if is_hello(msg):
-        size = env.task.num_examples(env.partition_id, env.num_partitions, env.common)
-        return answer_hello(msg, context, num_examples=int(size), partition_id=env.partition_id,
-                            num_partitions=env.num_partitions)
+        return answer_hello(msg, context, num_examples=env.num_examples(),
+                            partition_id=env.partition_id, num_partitions=env.num_partitions)
     if action == INIT_ACTION:
         if not isinstance(env.task, ModelTask):  # a task without a model (bandits)
             return Message(RecordDict(), reply_to=msg)

@@ -15,13 +15,21 @@ globals or process caches.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from bouquet.node_state import NodeState
 from bouquet.schema import CommonConfig
-from bouquet.tasks.protocols import BanditTask, EvaluatedTask, SupervisedTask, Task, require_kind
+from bouquet.tasks.protocols import (
+    BanditTask,
+    CacheableTask,
+    EvaluatedTask,
+    SupervisedTask,
+    Task,
+    require_kind,
+)
 from bouquet.wire.actions import ACTION_KEY
 from bouquet.wire.arrays import to_numpy
 
@@ -41,6 +49,10 @@ class ClientEnv:
         :meth:`evaluated` and :meth:`bandit` check the protocol a procedure needs.
     partition_id, num_partitions : int
         This node's share of the data.
+    partition_cache : Path or None
+        The node's partition cache on disk (:mod:`bouquet.tasks.partition_cache`; node config
+        ``partition-cache``, by default ``<state-dir>/partition-cache``); None (simulation, or
+        ``partition-cache=off``): the partition is built from the dataset in every process.
 
     """
 
@@ -49,6 +61,7 @@ class ClientEnv:
     task: Task
     partition_id: int
     num_partitions: int
+    partition_cache: Path | None = None
 
     def section(self, prefix: str) -> Any:
         """The configuration section called ``prefix``."""
@@ -70,8 +83,32 @@ class ClientEnv:
                             "a bandit task (kind='bandit'), e.g. task='synth-bandit'")
 
     def local_data(self) -> Any:
-        """Return this node's partition (cached per process)."""
-        return _local_data(self.task, self.partition_id, self.num_partitions, self.common)
+        """Return this node's partition (cached per process, and on disk with a partition cache)."""
+        return _local_data(self.task, self.partition_id, self.num_partitions, self.common,
+                           self._disk_cache())
+
+    def num_examples(self) -> int:
+        """Size of this node's training share (what a hello reports).
+
+        Read from the partition cache's entry when there is one (no dataset load); otherwise
+        the task counts it (and a cacheable task's partition is then kept on disk).
+        """
+        cache = self._disk_cache()
+        if cache is None:
+            return int(self.task.num_examples(self.partition_id, self.num_partitions, self.common))
+        from bouquet.tasks.partition_cache import partition_size
+
+        size = partition_size(self.task, self.partition_id, self.num_partitions, self.common,
+                              cache)
+        return int(self.local_data().num_train) if size is None else size
+
+    def _disk_cache(self) -> Any:
+        """The :class:`~bouquet.tasks.partition_cache.PartitionCache`, for a cacheable task only."""
+        if self.partition_cache is None or not isinstance(self.task, CacheableTask):
+            return None
+        from bouquet.tasks.partition_cache import PartitionCache  # torch: only for such tasks
+
+        return PartitionCache(self.partition_cache)
 
 
 __all__ = ["ClientEnv", "ClientProcedure", "NodeState", "message_config"]
@@ -79,13 +116,18 @@ __all__ = ["ClientEnv", "ClientProcedure", "NodeState", "message_config"]
 _DATA_CACHE: dict[tuple[Any, ...], Any] = {}
 
 
-def _local_data(task: Any, pid: int, n: int, common: CommonConfig) -> Any:
+def _local_data(task: Any, pid: int, n: int, common: CommonConfig, disk: Any = None) -> Any:
     key = (task.name, pid, n, common.partition, common.seed, common.dirichlet_alpha,
            common.classes_per_client)
     if key not in _DATA_CACHE:
         if len(_DATA_CACHE) > 256:
             _DATA_CACHE.clear()
-        _DATA_CACHE[key] = task.partition(pid, n, common)
+        if disk is None:
+            _DATA_CACHE[key] = task.partition(pid, n, common)
+        else:
+            from bouquet.tasks.partition_cache import load_partition
+
+            _DATA_CACHE[key] = load_partition(task, pid, n, common, disk)
     return _DATA_CACHE[key]
 
 

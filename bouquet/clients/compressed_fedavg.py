@@ -17,7 +17,7 @@ from torch import nn
 from bouquet.clients.local_training import section_from
 from bouquet.clients.scaffold import LocalRound, VectorClient, public_round
 from bouquet.compression import Compressor, ErrorFeedback
-from bouquet.strategies.compressed_fedavg import FedAvgCompressedConfig
+from bouquet.strategies.sections.compressed_fedavg import FedAvgCompressedConfig
 from bouquet.tasks.torch_utils import BatchLoss
 
 

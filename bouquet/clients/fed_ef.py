@@ -21,7 +21,7 @@ from torch import nn
 from bouquet.clients.compressed_fedavg import FedEFClient
 from bouquet.clients.local_training import section_from
 from bouquet.clients.scaffold import public_round
-from bouquet.strategies.compressed_fedavg import FedEFConfig
+from bouquet.strategies.sections.compressed_fedavg import FedEFConfig
 from bouquet.tasks.torch_utils import BatchLoss
 
 

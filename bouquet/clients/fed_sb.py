@@ -24,7 +24,7 @@ from flwr.app import Context, Message
 from bouquet.clients.local_training import section_from
 from bouquet.clients.lora import FedSBClient, ModelSource, public_round
 from bouquet.privacy.dp import LossFn
-from bouquet.strategies.lora import FedSBConfig
+from bouquet.strategies.sections.lora import FedSBConfig
 
 
 def train(msg: Message, context: Context, model: ModelSource, x: torch.Tensor, y: torch.Tensor,

@@ -24,7 +24,7 @@ from bouquet.clients.local_training import LocalSchedule, examples_in, node_inde
 from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import ErrorFeedback, to_array_record
 from bouquet.schema import node_config_float
-from bouquet.strategies.fedcg import FedcgConfig
+from bouquet.strategies.sections.fedcg import FedcgConfig
 from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
 from bouquet.wire.arrays import to_numpy
 from bouquet.wire.fedcg import (

@@ -52,7 +52,7 @@ from bouquet.clients.local_training import (
 from bouquet.clients.node_folder import node_folder
 from bouquet.clients.task_inputs import TaskBatches
 from bouquet.clients.zeroth_order import Directions, canonical_parameters, replay, zo_steps
-from bouquet.strategies.fedkseed import FedKSeedConfig
+from bouquet.strategies.sections.fedkseed import FedKSeedConfig
 from bouquet.wire.fedkseed import PAIRS_RECORD, Downlink, candidate_seeds, pairs_record, read_down
 
 log = logging.getLogger("bouquet")

@@ -25,7 +25,7 @@ from torch import nn
 
 from bouquet.clients.local_training import section_from
 from bouquet.clients.scaffold import ScafcomClient, public_round
-from bouquet.strategies.scaffold import ScafcomConfig
+from bouquet.strategies.sections.scaffold import ScafcomConfig
 from bouquet.tasks.torch_utils import BatchLoss
 
 

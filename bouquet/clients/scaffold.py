@@ -30,7 +30,7 @@ from bouquet.clients.local_training import (
 from bouquet.clients.staged_state import StagedState
 from bouquet.clients.task_inputs import task_inputs
 from bouquet.compression import Compressor, make_compressor, to_array_record
-from bouquet.strategies.scaffold import ScaffoldConfig, control_step
+from bouquet.strategies.sections.scaffold import ScaffoldConfig, control_step
 from bouquet.tasks.torch_utils import BatchLoss, get_arrays, set_arrays, sgd_steps
 from bouquet.wire.arrays import to_numpy
 from bouquet.wire.flat import Layout

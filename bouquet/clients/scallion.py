@@ -20,7 +20,7 @@ from torch import nn
 
 from bouquet.clients.local_training import section_from
 from bouquet.clients.scaffold import ScallionClient, public_round
-from bouquet.strategies.scaffold import ScallionConfig
+from bouquet.strategies.sections.scaffold import ScallionConfig
 from bouquet.tasks.torch_utils import BatchLoss
 
 

@@ -14,29 +14,12 @@ The mean is unweighted, as in the algorithms (FedAvg in this package weights by 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from bouquet.schema import key
 from bouquet.strategies.arguments import StrategySetup
 from bouquet.strategies.round_log import NodeReply
-from bouquet.strategies.uplink import UplinkCompression, VectorUplinkStrategy
-
-
-@dataclasses.dataclass(frozen=True)
-class FedAvgCompressedConfig(UplinkCompression):
-    """Keys of ``fedavg-compressed`` (prefix ``fedavg-compressed``)."""
-
-    server_lr: float = key(1.0, "global step size eta_g", min=0.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class FedEFConfig(FedAvgCompressedConfig):
-    """Keys of ``fed-ef`` (prefix ``fed-ef``)."""
-
-    ef_decay: float = key(1.0, "error-feedback decay: 1 = plain EF, < 1 = decayed (SparseLoCo)",
-                          min=0.0, max=1.0)
+from bouquet.strategies.sections.compressed_fedavg import FedAvgCompressedConfig, FedEFConfig
+from bouquet.strategies.uplink import VectorUplinkStrategy
 
 
 class FedAvgCompressed(VectorUplinkStrategy):

@@ -11,30 +11,16 @@ Flower's ``trim_mean`` helper). Both ignore ``num-examples`` weights.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 from flwr.app import RecordDict
 from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-from bouquet.schema import key
 from bouquet.strategies.arguments import StrategySetup
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.round_log import NodeReply, train_metrics
+from bouquet.strategies.sections.fedavg import FedAvgConfig
 from bouquet.wire.arrays import to_numpy
-
-
-@dataclasses.dataclass(frozen=True)
-class FedAvgConfig:
-    """Keys of FedAvg (prefix ``fedavg``)."""
-
-    aggregator: str = key(
-        "mean", "mean: weighted by num-examples (FedAvg); median / trimmed-mean: coordinate-wise, "
-        "unweighted (robust to a minority of hostile replies)",
-        choices=("mean", "median", "trimmed-mean"))
-    trim_fraction: float = key(
-        0.2, "trimmed-mean: fraction cut from each end per coordinate", min=0.0, max=0.49)
 
 
 class FedAvg(ModelStrategy):

@@ -23,16 +23,15 @@ and 200 steps would push the per-client traffic past the paper's 18 KiB).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from bouquet.schema import key
 from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.round_log import NodeReply, train_metrics
+from bouquet.strategies.sections.fedkseed import FedKSeedConfig
 from bouquet.wire import validation as v
 from bouquet.wire.fedkseed import (
     DIRECTION_GENERATOR,
@@ -47,21 +46,6 @@ from bouquet.wire.fedkseed import (
 
 #: Pro's importance statistic: ``+1e-10`` in the min-max normalisation, as in the reference.
 PRO_NORM_EPS = 1e-10
-
-
-@dataclasses.dataclass(frozen=True)
-class FedKSeedConfig:
-    """Keys of ``fedkseed`` and ``fedkseed-pro`` (prefix ``fedkseed``)."""
-
-    num_seeds: int = key(4096, "K: number of candidate seeds shared by all nodes", min=1,
-                         max=2**31 - 1)
-    local_steps: int = key(200, "zeroth-order steps per client and round (one pair each)", min=1)
-    eps: float = key(1e-3, "perturbation scale of the two-point estimator", min=1e-12)
-    lr: float = key(3e-4, "learning rate of the zeroth-order update", min=0.0)
-    master_seed: int = key(42, "seed from which the K candidate seeds derive", min=0)
-    equal_weight: bool = key(False, "weight clients equally instead of by their example counts")
-    pro_clip: float = key(1000.0, "fedkseed-pro: |g| clip in the seed-importance statistic",
-                          min=0.0)
 
 
 def pro_probabilities(abs_sum: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -37,10 +37,10 @@ from flwr.app import ArrayRecord, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from bouquet.privacy.dp_config import DPConfig
-from bouquet.schema import key
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS, StrategySetup
 from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.round_log import NodeReply, RoundLog
+from bouquet.strategies.sections.lora import FedSBConfig, LoraConfig
 from bouquet.wire import validation as v
 from bouquet.wire.arrays import to_numpy, to_record
 from bouquet.wire.lora import (
@@ -58,48 +58,6 @@ NOT_COVERED = (
     "federated evaluation metrics (evaluation='federated'): computed on the nodes' held-out "
     "rows, which DP-SGD does not protect",
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class LoraConfig:
-    """Keys shared by the LoRA family (prefix ``lora``)."""
-
-    rank: int = key(8, "LoRA rank r", min=1)
-    alpha: float = key(0.0, "LoRA alpha; the update is scaled by alpha/r (0: alpha = r, scale 1)",
-                       min=0.0)
-    target_modules: str = key(
-        "query,value,q_proj,v_proj",
-        "comma-separated module names (last name component or full name) whose 2-D weight is "
-        "adapted; names absent from the model are ignored",
-    )
-    head_modules: str = key(
-        "classifier,score",
-        "comma-separated modules trained in full and sent (the task head); absent ones ignored",
-    )
-    optimizer: str = key("adamw", "local optimiser (fresh each round)", choices=("adamw", "sgd"))
-    weighting: str = key(
-        "examples", "average weighted by num-examples, or uniform (Fed-SB's reference code)",
-        choices=("examples", "uniform"),
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class FedSBConfig:
-    """Fed-SB's initialisation (prefix ``fed-sb``)."""
-
-    init: str = key(
-        "svd",
-        "svd: round-0 protocol (clients' summed gradients -> truncated SVD of -lr1*sign); "
-        "random: data-free orthonormal B, A from the seed and R = 0",
-        choices=("svd", "random"),
-    )
-    init_samples: int = key(
-        32, "examples per client for the init gradient (non-private; DP uses one Poisson batch)",
-        min=1,
-    )
-    init_lr: float = key(
-        1e-3, "lr1 of the approximate first step -lr1*sign(grad) that B R A starts from", min=0.0
-    )
 
 
 # --------------------------------------------------------------------------- naming / shapes

@@ -8,7 +8,8 @@ travels down as ``commit-round`` so the client can commit or discard the state i
 previous reply: a lost or rejected reply never leaves client state that the server did not see
 (see :mod:`bouquet.clients.staged_state`).
 
-:class:`UplinkCompression` is the config mixin naming the uplink compressor and its parameters.
+The config mixin naming the uplink compressor and its parameters lives in
+:mod:`bouquet.strategies.sections.uplink` (``UplinkCompression``).
 """
 
 from __future__ import annotations
@@ -22,35 +23,17 @@ import numpy as np
 from flwr.app import RecordDict
 
 from bouquet.compression import (
-    COMPRESSORS,
     PAYLOAD_RECORD,
     Compressor,
     PayloadError,
     decode_record,
 )
-from bouquet.schema import key
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.round_log import NodeReply, Parsed, train_metrics
 from bouquet.wire import validation as v
 from bouquet.wire.flat import Layout
 from bouquet.wire.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
-
-
-@dataclasses.dataclass(frozen=True)
-class UplinkCompression:
-    """Config keys choosing the uplink compressor (shared by the compressed methods)."""
-
-    compressor: str = key("topk", "uplink compressor", choices=tuple(COMPRESSORS))
-    compressor_ratio: float = key(
-        0.02, "fraction kept by topk / randk / fedzip (and sparseloco when compressor-k is 0)",
-        min=1e-6, max=1.0)
-    compressor_k: int = key(
-        0, "absolute k for topk / randk, k per chunk for sparseloco; 0 means use the ratio", min=0)
-    compressor_levels: int = key(4, "QSGD levels s", min=1)
-    compressor_bucket: int = key(512, "QSGD bucket size", min=1)
-    compressor_chunk: int = key(4096, "SparseLoCo chunk size", min=1)
-    compressor_bits: int = key(2, "SparseLoCo quantiser bits", min=1, max=8)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from bouquet.schema import CommonConfig
+from bouquet.tasks.fingerprint import digest_of, fingerprint_inputs
 from bouquet.tasks.partition import partition_rows
 from bouquet.tasks.torch_utils import generator, get_arrays, set_arrays, sgd_steps
 
@@ -81,6 +83,10 @@ class ClassificationTask(MiniBatches):
     name = "classification"
     kind = "classification"
     num_classes = 10
+    #: Distributions whose versions shape the loaded arrays (part of :meth:`data_fingerprint`).
+    data_packages: tuple[str, ...] = ("numpy", "flwr-datasets", "datasets")
+    #: Further modules whose source shapes the arrays (part of :meth:`data_fingerprint`).
+    fingerprint_modules: tuple[str, ...] = ()
 
     # --------------------------------------------------------------- to implement
     def load_arrays(self) -> Arrays:
@@ -91,7 +97,32 @@ class ClassificationTask(MiniBatches):
         """Return a freshly initialised model."""
         raise NotImplementedError
 
+    def data_sources(self) -> list[Path] | None:
+        """The local files :meth:`load_arrays` reads; None when unknown (never cached on disk).
+
+        A task that lists them lets a node keep its partition on disk
+        (:mod:`bouquet.tasks.partition_cache`); the default, None, suits a task that downloads
+        or generates its data.
+        """
+        return None
+
     # --------------------------------------------------------------- data
+    def data_fingerprint(self) -> str | None:
+        """Digest of this task's code, data files and reading packages (None: not cacheable).
+
+        See :mod:`bouquet.tasks.fingerprint`; a node's partition cache is keyed by it.
+        """
+        inputs = self.data_fingerprint_inputs()
+        return None if inputs is None else digest_of(inputs)
+
+    def data_fingerprint_inputs(self) -> dict[str, Any] | None:
+        """What :meth:`data_fingerprint` digests (None: not cacheable)."""
+        sources = self.data_sources()
+        if sources is None:
+            return None
+        return fingerprint_inputs(type(self), sources, self.data_packages,
+                                  self.fingerprint_modules)
+
     @cached_property
     def data(self) -> Arrays:
         """The dataset, loaded on first use and kept for the life of the process."""

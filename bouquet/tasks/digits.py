@@ -6,6 +6,9 @@ stratified 80/20 split gives 1,437 training and 360 test images.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 from torch import nn
 
@@ -18,6 +21,14 @@ class DigitsMLP(ClassificationTask):
     name = "digits-mlp"
     num_classes = 10
     hidden = 64
+    data_packages = (*ClassificationTask.data_packages, "scikit-learn")
+
+    def data_sources(self) -> list[Path] | None:
+        """scikit-learn's ``datasets/data/digits.csv.gz`` (found without importing scikit-learn)."""
+        spec = importlib.util.find_spec("sklearn")
+        if spec is None or spec.origin is None:
+            return None
+        return [Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"]
 
     def load_arrays(self) -> Arrays:
         """Load and split the bundled digits (the split is fixed, independent of the run seed)."""

@@ -32,11 +32,19 @@ def _idx(path: Path) -> np.ndarray:
     raise ValueError(f"{path}: not an IDX file (magic {magic})")
 
 
+IDX_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+
+
+def idx_folder() -> Path:
+    """Where the IDX files are looked for (``$BOUQUET_FMNIST_DIR`` or Debian's folder)."""
+    return Path(os.environ.get("BOUQUET_FMNIST_DIR", DEBIAN_DIR))
+
+
 def load_fashion_mnist() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Return uint8 images (N, 28, 28) and labels for train and test."""
-    folder = Path(os.environ.get("BOUQUET_FMNIST_DIR", DEBIAN_DIR))
-    names = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+    folder = idx_folder()
+    names = IDX_FILES
     if all((folder / n).is_file() for n in names):
         xtr, ytr, xte, yte = (_idx(folder / n) for n in names)
         return xtr, ytr, xte, yte
@@ -61,6 +69,12 @@ class FashionCNN(ClassificationTask):
 
     name = "fmnist-cnn"
     num_classes = 10
+
+    def data_sources(self) -> list[Path] | None:
+        """The four IDX files; None when they are absent (the hub path is not cached on disk)."""
+        folder = idx_folder()
+        files = [folder / n for n in IDX_FILES]
+        return files if all(f.is_file() for f in files) else None
 
     def load_arrays(self) -> Arrays:
         """Images scaled to [0, 1] with a channel axis."""

@@ -172,6 +172,8 @@ class RtSmolLM(TextClassificationTask):
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     #: The prompt (:data:`TEMPLATES`), chosen by zero-shot accuracy on training rows.
     template: PromptTemplate = TEMPLATES["sentiment"]
+    #: The tokenizer helper lives in the GSM task's module.
+    fingerprint_modules = ("bouquet.tasks.gsm",)
 
     # --------------------------------------------------------------- model
     def model_source(self) -> str:

@@ -94,6 +94,19 @@ class BanditTask(Task, Protocol):
 
 
 @runtime_checkable
+class CacheableTask(Protocol):
+    """A task whose node partitions may be kept on the node's disk (:mod:`~bouquet.tasks.partition_cache`).
+
+    ``partition`` returns :class:`~bouquet.tasks.classification.LocalData` and ``num_examples`` is
+    its ``num_train``.
+    """
+
+    def data_fingerprint(self) -> str | None:
+        """A digest of the task's code, data files and reading packages (None: do not cache)."""
+        ...
+
+
+@runtime_checkable
 class PackagedTask(Protocol):
     """A task whose data or model ship as a separate package (a clear pip line when absent)."""
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import os
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ import torch
 from torch import nn
 
 from bouquet.tasks.classification import Arrays, ClassificationTask
+from bouquet.tasks.fingerprint import folder_files
 from bouquet.tasks.resources import MINILM, ROTTEN_TOMATOES
 
 RT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
@@ -92,6 +94,7 @@ class TextClassificationTask(ClassificationTask):
     test_rows = 0
     head_modules: tuple[str, ...] = ("classifier",)
     lora_targets: tuple[str, ...] = ("query", "value")
+    data_packages = (*ClassificationTask.data_packages, "pandas", "transformers", "tokenizers")
 
     # --------------------------------------------------------------- model
     def model_source(self) -> str:
@@ -102,6 +105,13 @@ class TextClassificationTask(ClassificationTask):
         """Raise one :class:`ImportError` line (with the pip command) if a packaged file is missing."""
         ROTTEN_TOMATOES.file(self.name, f"data/{RT_FILE}")
         self.model_source()
+
+    def data_sources(self) -> list[Path] | None:
+        """The snippets file and the files of the tokenizer's folder (None: a hub id)."""
+        source = Path(self.model_source())
+        if not source.is_dir():
+            return None
+        return [ROTTEN_TOMATOES.file(self.name, f"data/{RT_FILE}"), *folder_files(source)]
 
     @cached_property
     def tokenizer(self) -> Any:

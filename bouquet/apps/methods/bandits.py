@@ -5,7 +5,7 @@ Everything here is numpy only on both sides: a node running these methods never 
 """
 
 from bouquet.registration import Method, Variant
-from bouquet.strategies.linucb import DPLinUCBConfig, LinUCBConfig
+from bouquet.strategies.sections.linucb import DPLinUCBConfig, LinUCBConfig
 
 _STRATEGIES = "bouquet.strategies.linucb"
 _CLIENTS = "bouquet.clients.linucb"

@@ -1,7 +1,7 @@
 """FedAvg, the baseline every other method is compared with."""
 
 from bouquet.registration import Method
-from bouquet.strategies.fedavg import FedAvgConfig
+from bouquet.strategies.sections.fedavg import FedAvgConfig
 
 METHODS = [
     Method(

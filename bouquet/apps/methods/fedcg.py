@@ -7,7 +7,7 @@ from flwr.app import Array, ArrayRecord, RecordDict
 
 from bouquet.compression.bitpack import index_width, pack_uint, unpack_uint
 from bouquet.registration import Method, Variant
-from bouquet.strategies.fedcg import FedcgConfig
+from bouquet.strategies.sections.fedcg import FedcgConfig
 from bouquet.wire.fedcg import PAYLOAD_RECORD
 
 _STRATEGIES = "bouquet.strategies.fedcg"

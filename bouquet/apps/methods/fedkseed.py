@@ -1,7 +1,7 @@
 """Registration of FedKSeed and its FedKSeed-Pro variant (zeroth-order tuning, K shared seeds)."""
 
 from bouquet.registration import Method, Variant
-from bouquet.strategies.fedkseed import FedKSeedConfig
+from bouquet.strategies.sections.fedkseed import FedKSeedConfig
 
 METHODS = [
     Method(

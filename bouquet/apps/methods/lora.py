@@ -2,7 +2,7 @@
 
 from bouquet.privacy.dp_config import DPConfig
 from bouquet.registration import Method, Variant
-from bouquet.strategies.lora import FedSBConfig, LoraConfig
+from bouquet.strategies.sections.lora import FedSBConfig, LoraConfig
 
 _STRATEGIES = "bouquet.strategies.lora"
 _CLIENTS = "bouquet.clients.lora"

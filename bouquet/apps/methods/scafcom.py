@@ -1,8 +1,8 @@
 """Registration of the SCAFFOLD family and the compressed-FedAvg baselines."""
 
 from bouquet.registration import Method, Variant
-from bouquet.strategies.compressed_fedavg import FedAvgCompressedConfig, FedEFConfig
-from bouquet.strategies.scaffold import ScafcomConfig, ScaffoldConfig, ScallionConfig
+from bouquet.strategies.sections.compressed_fedavg import FedAvgCompressedConfig, FedEFConfig
+from bouquet.strategies.sections.scaffold import ScafcomConfig, ScaffoldConfig, ScallionConfig
 
 _SCAFFOLD = "bouquet.strategies.scaffold"
 _SCAFFOLD_CLIENTS = "bouquet.clients.scaffold"
