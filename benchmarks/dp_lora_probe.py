@@ -1,21 +1,30 @@
 """Probe of DP-SGD on the LoRA methods (issue 14 item 3): why a private arm does or does not learn.
 
-Two measurements on ``rt-minilm``, with the code the clients run (``build_adapted`` and
-``local_train`` of :mod:`bouquet.clients.lora` / :mod:`bouquet.privacy.dp`), no federation:
+Two measurements on ``rt-minilm`` (fresh head) or ``rt-smollm`` (``--task``; verbalizer read from
+the tied LM head, no head: every trainable tensor is an adapter), with the code the clients run
+(``build_adapted`` and ``local_train`` of :mod:`bouquet.clients.lora` /
+:mod:`bouquet.privacy.dp`, Fed-SB's round-0 :func:`private_gradient_sum` and the server's
+:func:`svd_frame` with ``--frame svd``), no federation:
 
 * ``norms``: per-sample gradient norms at the start of training (fresh head, B = 0 / R = 0),
   split into the head's part and the adapters' part, for FedIT r=2, FFA-LoRA r=4, Fed-SB r=40
-  (the suite's matched ranks; Fed-SB on a random frame). Opacus' ``grad_sample`` with
+  (the suite's matched ranks, or ``--ranks``; Fed-SB on a random frame, on rt-smollm on the
+  plain SVD frame of the same rows). Opacus' ``grad_sample`` with
   ``loss_reduction="mean"`` already holds each row's own gradient.
 * ``train``: one client holding ``N`` training rows, ``T`` local steps of batch ``B`` (Poisson
-  under DP, sigma calibrated for the ``T`` steps at ``--eps``), accuracy on the 500 evaluation
-  rows every ``--every`` steps; ``--head`` off freezes the head at its random init.
+  under DP, sigma calibrated for the ``T`` steps, plus Fed-SB's init release with ``--frame
+  svd``, at ``--eps``, delta 1e-5), accuracy on the task's evaluation rows (rt-minilm 500,
+  rt-smollm 400) every ``--every`` steps; ``--head`` off freezes rt-minilm's head.
 
 Run (heavy: under ``flock /tmp/heavy.lock``)::
 
     python benchmarks/dp_lora_probe.py norms --rows 32
     python benchmarks/dp_lora_probe.py train --method fedit --rank 2 --rows 3415 --batch 32 \\
         --steps 30 --every 10 --lr 0.005 --eps 3
+    python benchmarks/dp_lora_probe.py norms --task rt-smollm --rows 16 \\
+        --ranks fedit=8,ffa-lora=8,fed-sb=8
+    python benchmarks/dp_lora_probe.py train --task rt-smollm --method fed-sb --rank 8 \\
+        --frame svd --rows 2843 --batch 32 --steps 20 --every 20 --lr 0.02 --eps 3
 
 Results: benchmarks/RESULTS.md, ``## lora``.
 """
@@ -35,8 +44,47 @@ VARIANT = {"fedit": "fedit", "ffa-lora": "ffa", "fed-sb": "fedsb"}
 MATCHED = {"fedit": 2, "ffa-lora": 4, "fed-sb": 40}
 
 
-def adapted(task: Any, base: torch.nn.Module, method: str, rank: int, head: bool) -> Any:
-    """``base`` with the method's fresh adapters (and its head when ``head``)."""
+def fedsb_frame(task: Any, base: torch.nn.Module, rank: int, x: torch.Tensor, y: torch.Tensor,
+                sigma: float, clip: float, private: bool) -> tuple[dict[str, np.ndarray],
+                                                              dict[str, np.ndarray]]:
+    """Fed-SB's round-0 frame from ``(x, y)`` as one client and the server compute it.
+
+    The client's summed full-weight gradients (:func:`private_gradient_sum` when ``private``:
+    clipped to ``clip``, noise ``sigma * clip``; else the plain sum), then the server's
+    truncated SVD (:func:`svd_frame`, ``fed-sb.init-lr`` default).
+    """
+    from bouquet.privacy.dp import private_gradient_sum, secret_generator
+    from bouquet.strategies.lora import FedSBConfig, adapted_modules, split_names, svd_frame
+
+    model = copy.deepcopy(base)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    mods = adapted_modules(shapes, split_names(",".join(task.lora_targets)))
+    named = dict(model.named_parameters())
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = [named[a.weight] for a in mods]
+    for p in params:
+        p.requires_grad_(True)
+    model.train()
+    if private:
+        grads = private_gradient_sum(model, params, task.example_losses, x, y,
+                                     max_grad_norm=clip, noise_multiplier=sigma,
+                                     noise_generator=secret_generator(11, 0xD9))
+    else:
+        (task.loss(model, x, y) * len(y)).backward()
+        grads = [p.grad for p in params]  # type: ignore[misc]
+    total = {a.module: g.detach().numpy().astype(np.float64)  # type: ignore[union-attr]
+             for a, g in zip(mods, grads, strict=True)}
+    return svd_frame(total, mods, rank, FedSBConfig().init_lr)
+
+
+def adapted(task: Any, base: torch.nn.Module, method: str, rank: int, head: bool,
+            frame: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None) -> Any:
+    """``base`` with the method's fresh adapters (and its head when ``head``).
+
+    Fed-SB uses ``frame`` (its frame and initial R, :func:`fedsb_frame`) or, when None, a
+    random frame with R = 0.
+    """
     from bouquet.clients.lora import build_adapted, ffa_fixed
     from bouquet.strategies.lora import (
         LoraConfig,
@@ -47,11 +95,14 @@ def adapted(task: Any, base: torch.nn.Module, method: str, rank: int, head: bool
     )
 
     variant = VARIANT[method]
-    cfg = LoraConfig(rank=rank, head_modules="classifier" if head else "")
+    cfg = LoraConfig(rank=rank, target_modules=",".join(task.lora_targets),
+                     head_modules=",".join(task.head_modules) if head else "")
     shapes = {k: tuple(v.shape) for k, v in base.state_dict().items()}
     mods = adapted_modules(shapes, split_names(cfg.target_modules))
     fixed: dict[str, np.ndarray] = {}
-    if variant == "fedsb":
+    if variant == "fedsb" and frame is not None:
+        fixed, arrays = dict(frame[0]), dict(frame[1])
+    elif variant == "fedsb":
         fixed = random_frame(mods, rank, 0)
         arrays = {f"{a.module}.lora_R": np.zeros((rank, rank), np.float32) for a in mods}
     else:
@@ -63,20 +114,39 @@ def adapted(task: Any, base: torch.nn.Module, method: str, rank: int, head: bool
     return build_adapted(None, variant, cfg, arrays, fixed, model=copy.deepcopy(base))
 
 
-def norms(rows: int) -> None:
-    """Per-sample gradient norms (head / adapters) of the three matched arms."""
-    from opacus import GradSampleModule
+def make_task(name: str) -> Any:
+    """``rt-minilm`` (fresh head) or ``rt-smollm`` (verbalizer, no head)."""
+    if name == "rt-smollm":
+        from bouquet.tasks.prompted import RtSmolLM
 
+        return RtSmolLM()
     from bouquet.tasks.text import RtMiniLM
 
-    task = RtMiniLM()
+    return RtMiniLM()
+
+
+def eval_rows(task: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The held-out rows every arm is scored on (rt-minilm: 500; rt-smollm: its 400)."""
+    d = task.data
+    k = min(len(d.y_test), task.eval_size)
+    return torch.from_numpy(d.x_test[:k]), torch.from_numpy(d.y_test[:k])
+
+
+def norms(task_name: str, rows: int, ranks: dict[str, int]) -> None:
+    """Per-sample gradient norms (head / adapters) of the three arms at their starting point."""
+    from opacus import GradSampleModule
+
+    task = make_task(task_name)
+    head = bool(task.head_modules)
     d = task.data
     idx = np.random.default_rng(0).choice(len(d.y_train), rows, replace=False)
     x, y = torch.from_numpy(d.x_train[idx]), torch.from_numpy(d.y_train[idx])
     torch.manual_seed(0)
     base = task.build_model()
-    for method, rank in MATCHED.items():
-        am = adapted(task, base, method, rank, head=True)
+    for method, rank in ranks.items():
+        frame = (fedsb_frame(task, base, rank, x, y, 0.0, 0.0, private=False)
+                 if method == "fed-sb" and not head else None)
+        am = adapted(task, base, method, rank, head=head, frame=frame)
         am.model.train()  # Opacus records activations in training mode only
         net = GradSampleModule(am.model, batch_first=True, loss_reduction="mean")
         t0 = time.time()
@@ -85,13 +155,13 @@ def norms(rows: int) -> None:
         head_sq, adapter_sq = torch.zeros(rows), torch.zeros(rows)
         for name, p in am.params.items():
             sq = (p.grad_sample.reshape(rows, -1) ** 2).sum(1)  # type: ignore[attr-defined]
-            if name.startswith(task.head_modules):
+            if head and name.startswith(task.head_modules):
                 head_sq += sq
             else:
                 adapter_sq += sq
         total = (head_sq + adapter_sq).sqrt()
         print(json.dumps({
-            "method": method, "rank": rank,
+            "task": task_name, "method": method, "rank": rank,
             "trainable": sum(p.numel() for p in am.params.values()),
             "norm_median": round(float(total.median()), 4),
             "norm_p10": round(float(total.quantile(0.1)), 4),
@@ -103,56 +173,96 @@ def norms(rows: int) -> None:
 
 
 def train(args: argparse.Namespace) -> None:
-    """One client's local DP-SGD (or plain) steps, evaluated every ``--every`` steps."""
-    from bouquet.privacy.accountant import calibrate_noise
-    from bouquet.privacy.dp import local_train, secret_generator
+    """One client's local DP-SGD (or plain) steps, evaluated every ``--every`` steps.
+
+    Under DP, sigma is calibrated for all the client's releases at rate ``B / N``: the ``T``
+    steps, plus Fed-SB's round-0 gradient release on rt-smollm (as the client counts it); the
+    epsilon printed is the accountant's for exactly those releases.
+    """
+    from bouquet.privacy.accountant import ClientAccountant, calibrate_noise, check_delta
+    from bouquet.privacy.dp import local_train, poisson_batches, secret_generator
     from bouquet.privacy.dp_config import DPConfig
-    from bouquet.tasks.text import RtMiniLM
+    from bouquet.strategies.lora import FedSBConfig
     from bouquet.tasks.torch_utils import generator
 
-    task = RtMiniLM()
+    task = make_task(args.task)
+    head = args.head and bool(task.head_modules)
     d = task.data
     rows = np.random.default_rng(0).permutation(len(d.y_train))[: args.rows]
     x, y = torch.from_numpy(d.x_train[rows]), torch.from_numpy(d.y_train[rows])
-    xt, yt = torch.from_numpy(d.x_test[:500]), torch.from_numpy(d.y_test[:500])
+    xt, yt = eval_rows(task)
     torch.manual_seed(0)
-    am = adapted(task, task.build_model(), args.method, args.rank, head=args.head)
+    base = task.build_model()
     private = args.eps > 0
+    delta = 1e-5
+    q = args.batch / args.rows
+    svd_init = args.method == "fed-sb" and args.frame == "svd"
+    releases = args.steps + (1 if svd_init else 0)
+    sigma = 0.0
+    if private:
+        check_delta(delta, args.rows)
+        sigma = calibrate_noise(args.eps, delta, q, releases)
+    t0 = time.time()
+    frame = None
+    if svd_init:
+        if private:  # a Poisson batch at the training rate, from the node's secret randomness
+            idx = next(poisson_batches(args.rows, args.batch, secret_generator(11, 0x5B)))
+        else:
+            idx = torch.randperm(args.rows, generator=generator(0, 0x5B))[
+                : FedSBConfig().init_samples]
+        frame = fedsb_frame(task, base, args.rank, x[idx], y[idx], sigma, args.clip, private)
+    am = adapted(task, base, args.method, args.rank, head=head, frame=frame)
+    del base
     dp = DPConfig(enabled=True, target_epsilon=args.eps, max_grad_norm=args.clip) if private \
         else None
-    sigma = (calibrate_noise(args.eps, 1e-5, args.batch / args.rows, args.steps) if private
-             else 0.0)
-    t0, accs = time.time(), []
+    accs = []
     for k in range(args.steps // args.every):
         local_train(am.model, list(am.params.values()), task.loss, x, y, steps=args.every,
                     batch_size=args.batch, lr=args.lr, optimizer=args.optimizer,
-                    generator=generator(0, k), dp=dp, noise_multiplier=sigma,
-                    noise_generator=secret_generator(7, k), example_loss_fn=task.example_losses)
-        accs.append(round(task.evaluate_model(am.model, xt, yt)["accuracy"], 3))
+                    generator=generator(args.seed, k), dp=dp, noise_multiplier=sigma,
+                    noise_generator=secret_generator(7 + 1000 * args.seed, k),
+                    example_loss_fn=task.example_losses)
+        accs.append(round(task.evaluate_model(am.model, xt, yt)["accuracy"], 4))
+    eps = ClientAccountant.epsilon_of([(sigma, q, releases)], delta) if private else 0.0
     print(json.dumps({**{k: v for k, v in vars(args).items() if k != "what"},
-                      "sigma": round(sigma, 3), "accuracy": accs,
+                      "head": head, "trainable": sum(p.numel() for p in am.params.values()),
+                      "sigma": round(sigma, 4), "epsilon": round(eps, 3), "delta": delta,
+                      "eval_rows": len(yt), "accuracy": accs,
                       "seconds": round(time.time() - t0)}), flush=True)
 
 
 def main() -> None:
     """Command line (see the module docstring)."""
-    torch.set_num_threads(2)
+    import os
+
+    torch.set_num_threads(int(os.environ.get("BOUQUET_TORCH_THREADS", "2")))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("norms", "train"))
+    parser.add_argument("--task", choices=("rt-minilm", "rt-smollm"), default="rt-minilm")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--method", choices=tuple(VARIANT), default="fedit")
     parser.add_argument("--rank", type=int, default=2)
+    parser.add_argument("--ranks", default="",
+                        help="norms: method=rank,... (default: the matched ranks)")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.005)
     parser.add_argument("--eps", type=float, default=0.0, help="target epsilon (0: no DP)")
     parser.add_argument("--clip", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0, help="batches and noise of the run")
     parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
-    parser.add_argument("--head", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--head", action=argparse.BooleanOptionalAction, default=True,
+                        help="train the task's head (rt-minilm; rt-smollm has none)")
+    parser.add_argument("--frame", choices=("random", "svd"), default="random",
+                        help="Fed-SB's frame: random (R = 0) or the round-0 SVD of the "
+                             "(private) gradient, as the client and server compute it")
     args = parser.parse_args()
     if args.what == "norms":
-        norms(args.rows)
+        ranks = dict(MATCHED)
+        if args.ranks:
+            ranks = {m: int(r) for m, r in (kv.split("=") for kv in args.ranks.split(","))}
+        norms(args.task, args.rows, ranks)
     else:
         train(args)
 
