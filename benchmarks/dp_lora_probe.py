@@ -26,6 +26,8 @@ Run (heavy: under ``flock /tmp/heavy.lock``)::
     python benchmarks/dp_lora_probe.py train --task rt-smollm --method fed-sb --rank 8 \\
         --frame svd --rows 2843 --batch 32 --steps 20 --every 20 --lr 0.02 --eps 3
 
+    python benchmarks/dp_lora_probe.py verdicts LOG... --out DIR
+
 Results: benchmarks/RESULTS.md, ``## lora``.
 """
 
@@ -173,46 +175,68 @@ def norms(task_name: str, rows: int, ranks: dict[str, int]) -> None:
 
 
 def train(args: argparse.Namespace) -> None:
-    """One client's local DP-SGD (or plain) steps, evaluated every ``--every`` steps.
+    """One client's local DP-SGD (or plain) steps per arm, evaluated every ``--every`` steps.
 
-    Under DP, sigma is calibrated for all the client's releases at rate ``B / N``: the ``T``
-    steps, plus Fed-SB's round-0 gradient release on rt-smollm (as the client counts it); the
-    epsilon printed is the accountant's for exactly those releases.
+    The arms are ``--method``/``--lr``/``--eps``, or ``--arms METHOD:LR:EPS[:CLIP],...`` run one after
+    the other in this process on the same rows, schedule and evaluation (an arm is not started
+    once ``--deadline-s`` has passed). Under DP, sigma is calibrated for all the client's
+    releases at rate ``B / N``: the ``T`` steps, plus Fed-SB's round-0 gradient release with
+    ``--frame svd`` (as the client counts it); the epsilon printed is the accountant's for
+    exactly those releases.
     """
-    from bouquet.privacy.accountant import ClientAccountant, calibrate_noise, check_delta
-    from bouquet.privacy.dp import local_train, poisson_batches, secret_generator
-    from bouquet.privacy.dp_config import DPConfig
-    from bouquet.strategies.lora import FedSBConfig
-    from bouquet.tasks.torch_utils import generator
-
     task = make_task(args.task)
-    head = args.head and bool(task.head_modules)
     d = task.data
     rows = np.random.default_rng(0).permutation(len(d.y_train))[: args.rows]
     x, y = torch.from_numpy(d.x_train[rows]), torch.from_numpy(d.y_train[rows])
     xt, yt = eval_rows(task)
     torch.manual_seed(0)
     base = task.build_model()
+    arms = [(args.method, args.lr, args.eps, args.clip)]
+    if args.arms:
+        fields = [arm.split(":") for arm in args.arms.split(",")]
+        arms = [(f[0], float(f[1]), float(f[2]), float(f[3]) if len(f) > 3 else args.clip)
+                for f in fields]
+    start = time.time()
+    for method, lr, eps, clip in arms:
+        if args.deadline_s and time.time() - start > args.deadline_s:
+            print(json.dumps({"skipped": [method, lr, eps, clip], "reason": "deadline"}),
+                  flush=True)
+            continue
+        one = argparse.Namespace(**{**vars(args), "method": method, "lr": lr, "eps": eps,
+                                    "clip": clip, "arms": ""})
+        train_arm(task, base, x, y, xt, yt, one)
+
+
+def train_arm(task: Any, base: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+              xt: torch.Tensor, yt: torch.Tensor, args: argparse.Namespace) -> None:
+    """One arm of :func:`train` (prints one JSON line)."""
+    from bouquet.privacy.accountant import ClientAccountant, calibrate_noise, check_delta
+    from bouquet.privacy.dp import local_train, poisson_batches, secret_generator
+    from bouquet.privacy.dp_config import DPConfig
+    from bouquet.strategies.lora import FedSBConfig
+    from bouquet.tasks.torch_utils import generator
+
+    head = args.head and bool(task.head_modules)
     private = args.eps > 0
     delta = 1e-5
-    q = args.batch / args.rows
+    n = len(y)
+    q = args.batch / n
     svd_init = args.method == "fed-sb" and args.frame == "svd"
     releases = args.steps + (1 if svd_init else 0)
     sigma = 0.0
     if private:
-        check_delta(delta, args.rows)
+        check_delta(delta, n)
         sigma = calibrate_noise(args.eps, delta, q, releases)
     t0 = time.time()
     frame = None
     if svd_init:
         if private:  # a Poisson batch at the training rate, from the node's secret randomness
-            idx = next(poisson_batches(args.rows, args.batch, secret_generator(11, 0x5B)))
+            idx = next(poisson_batches(n, args.batch, secret_generator(11 + args.seed, 0x5B)))
         else:
-            idx = torch.randperm(args.rows, generator=generator(0, 0x5B))[
+            idx = torch.randperm(n, generator=generator(args.seed, 0x5B))[
                 : FedSBConfig().init_samples]
         frame = fedsb_frame(task, base, args.rank, x[idx], y[idx], sigma, args.clip, private)
     am = adapted(task, base, args.method, args.rank, head=head, frame=frame)
-    del base
     dp = DPConfig(enabled=True, target_epsilon=args.eps, max_grad_norm=args.clip) if private \
         else None
     accs = []
@@ -224,11 +248,93 @@ def train(args: argparse.Namespace) -> None:
                     example_loss_fn=task.example_losses)
         accs.append(round(task.evaluate_model(am.model, xt, yt)["accuracy"], 4))
     eps = ClientAccountant.epsilon_of([(sigma, q, releases)], delta) if private else 0.0
-    print(json.dumps({**{k: v for k, v in vars(args).items() if k != "what"},
+    print(json.dumps({**{k: v for k, v in vars(args).items() if k not in ("what", "arms")},
                       "head": head, "trainable": sum(p.numel() for p in am.params.values()),
                       "sigma": round(sigma, 4), "epsilon": round(eps, 3), "delta": delta,
                       "eval_rows": len(yt), "accuracy": accs,
                       "seconds": round(time.time() - t0)}), flush=True)
+
+
+#: rt-smollm's zero-shot accuracy on its 400 held-out rows (RESULTS.md ``## fedkseed``, section 3).
+ZERO_SHOT = 0.81
+NAMES = {"fedit": "FedIT", "ffa-lora": "FFA-LoRA", "fed-sb": "Fed-SB"}
+
+
+def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
+    """The issue's DP checks from :func:`train`'s JSON lines (rt-smollm, final accuracies).
+
+    * "<A> degrades less than FedIT under DP (eps E)": drop = non-private minus private
+      accuracy on the same schedule; inconclusive within two standard errors of a difference of
+      drops (four accuracies on the same rows counted as independent, sqrt(4 p (1-p) / rows)
+      per seed, p the zero-shot rate).
+    * "<arm> learns under DP (eps E)": above zero-shot by more than two standard errors of a
+      difference of two accuracies; does not hold below it by as much; inconclusive between
+      (the private arm is then not measurably below zero-shot).
+    """
+    import math
+
+    from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Check
+
+    acc: dict[tuple[str, float], list[float]] = {}
+    rows = 400
+    for r in results:
+        if "accuracy" in r and r.get("task") == "rt-smollm":
+            acc.setdefault((r["method"], float(r["eps"])), []).append(float(r["accuracy"][-1]))
+            rows = int(r["eval_rows"])
+    p = ZERO_SHOT
+    checks: list[Any] = []
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    for eps in sorted({e for _, e in acc if e > 0}):
+        for arm in ("ffa-lora", "fed-sb"):
+            claim = f"{NAMES[arm]} degrades less than FedIT under DP (rt-smollm, eps {eps:g})"
+            need = [(arm, 0.0), (arm, eps), ("fedit", 0.0), ("fedit", eps)]
+            if any(k not in acc for k in need):
+                checks.append(Check(claim, NOT_MEASURED, "an arm was not run"))
+                continue
+            seeds = min(len(acc[k]) for k in need)
+            drop = {m: mean(acc[(m, 0.0)]) - mean(acc[(m, eps)]) for m in (arm, "fedit")}
+            diff = drop["fedit"] - drop[arm]
+            se = math.sqrt(4 * p * (1 - p) / (rows * seeds))
+            verdict = INCONCLUSIVE if abs(diff) < 2 * se else HOLDS if diff > 0 else FAILS
+            checks.append(Check(claim, verdict, (
+                f"drop {NAMES[arm]} {drop[arm]:+.4f} vs FedIT {drop['fedit']:+.4f}, difference "
+                f"{diff:+.4f}; 2 standard errors {2 * se:.3f}; {seeds} seed(s), {rows} rows")))
+        for arm in NAMES:
+            claim = f"{NAMES[arm]} learns under DP (rt-smollm, eps {eps:g}: above zero-shot)"
+            if (arm, eps) not in acc:
+                checks.append(Check(claim, NOT_MEASURED, "not run"))
+                continue
+            xs = acc[(arm, eps)]
+            gain = mean(xs) - p
+            se = math.sqrt(2 * p * (1 - p) / (rows * len(xs)))
+            verdict = HOLDS if gain > 2 * se else FAILS if gain < -2 * se else INCONCLUSIVE
+            note = "; not below zero-shot by 2 standard errors" if verdict == INCONCLUSIVE else ""
+            checks.append(Check(claim, verdict, (
+                f"{mean(xs):.4f} vs zero-shot {p:.4f} ({gain:+.4f}); 2 standard errors "
+                f"{2 * se:.3f}; {len(xs)} seed(s){note}")))
+    return checks
+
+
+def verdicts(paths: list[str], out: str) -> None:
+    """Print the checks of :func:`rt_smollm_checks` and write them to ``OUT/verdicts.json``."""
+    from pathlib import Path
+
+    from bouquet.apps.verdicts import write_checks
+
+    results = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("{"):
+                results.append(json.loads(line))
+    checks = rt_smollm_checks(results)
+    for c in checks:
+        print(c.markdown())
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_checks(Path(out), "lora-dp-rt-smollm", checks)
 
 
 def main() -> None:
@@ -237,7 +343,9 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ.get("BOUQUET_TORCH_THREADS", "2")))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("norms", "train"))
+    parser.add_argument("what", choices=("norms", "train", "verdicts"))
+    parser.add_argument("logs", nargs="*", help="verdicts: train's JSON-line outputs")
+    parser.add_argument("--out", default="", help="verdicts: folder for verdicts.json")
     parser.add_argument("--task", choices=("rt-minilm", "rt-smollm"), default="rt-minilm")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--method", choices=tuple(VARIANT), default="fedit")
@@ -251,6 +359,10 @@ def main() -> None:
     parser.add_argument("--eps", type=float, default=0.0, help="target epsilon (0: no DP)")
     parser.add_argument("--clip", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0, help="batches and noise of the run")
+    parser.add_argument("--arms", default="",
+                        help="train: METHOD:LR:EPS[:CLIP],... run in turn (eps 0: no DP)")
+    parser.add_argument("--deadline-s", type=float, default=0.0,
+                        help="train: start no further arm after this many seconds (0: none)")
     parser.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     parser.add_argument("--head", action=argparse.BooleanOptionalAction, default=True,
                         help="train the task's head (rt-minilm; rt-smollm has none)")
@@ -258,7 +370,9 @@ def main() -> None:
                         help="Fed-SB's frame: random (R = 0) or the round-0 SVD of the "
                              "(private) gradient, as the client and server compute it")
     args = parser.parse_args()
-    if args.what == "norms":
+    if args.what == "verdicts":
+        verdicts(args.logs, args.out)
+    elif args.what == "norms":
         ranks = dict(MATCHED)
         if args.ranks:
             ranks = {m: int(r) for m, r in (kv.split("=") for kv in args.ranks.split(","))}
