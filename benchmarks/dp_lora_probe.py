@@ -255,7 +255,7 @@ def train_arm(task: Any, base: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
                       "seconds": round(time.time() - t0)}), flush=True)
 
 
-#: rt-smollm's zero-shot accuracy on its 400 held-out rows (RESULTS.md ``## fedkseed``, section 3).
+#: rt-smollm's zero-shot accuracy on its 400 held-out rows (RESULTS.md ``## fedkseed``, section 5).
 ZERO_SHOT = 0.81
 NAMES = {"fedit": "FedIT", "ffa-lora": "FFA-LoRA", "fed-sb": "Fed-SB"}
 
