@@ -161,6 +161,11 @@ METHODS = {
     "fed-sb": {"lora.rank": 2, "local-steps": 3, "lr": 1e-2, "fed-sb.init-samples": 8},
     "ffa-lora-dp": {"method": "ffa-lora", "lora.rank": 2, "local-steps": 2, "lr": 1e-2,
                     "dp.enabled": True, "dp.noise-multiplier": 1.0, "dp.delta": 1e-3},
+    "fedit-dp": {"method": "fedit", "lora.rank": 2, "local-steps": 2, "lr": 1e-2,
+                 "dp.enabled": True, "dp.target-epsilon": 3.0, "dp.delta": 1e-3},
+    "fed-sb-dp": {"method": "fed-sb", "lora.rank": 2, "local-steps": 2, "lr": 1e-2,
+                  "fed-sb.init-samples": 8, "dp.enabled": True, "dp.target-epsilon": 3.0,
+                  "dp.delta": 1e-3},
 }
 
 

@@ -149,11 +149,23 @@ def build_adapted(task: Any | None, variant: str, cfg: LoraConfig, arrays: dict[
                     params[f"{mod}.lora_A"] = lin_a.weight
                 params[f"{mod}.lora_B"] = lin_b.weight
         for k in head:
+            if k not in named:
+                raise ValueError(_tied_head_message(model, k))
             named[k].copy_(torch.from_numpy(arrays[k]))
             params[k] = named[k]
     for t in params.values():
         t.requires_grad_(True)
     return AdaptedModel(model, adapted, head, params)
+
+
+def _tied_head_message(model: nn.Module, name: str) -> str:
+    """Why head tensor ``name`` (a state-dict entry, not a parameter of its own) cannot train."""
+    ptr = model.state_dict()[name].data_ptr()
+    twins = [n for n, p in model.named_parameters() if p.data_ptr() == ptr]
+    what = f"tied to {twins[0]!r}" if twins else "an alias of another tensor"
+    return (f"lora.head-modules: {name!r} is not a parameter of its own: it is {what} (e.g. an "
+            "output embedding tied to the input one). Name the parameter itself, or leave it "
+            "frozen (a prompted task reads its verbalizer from it)")
 
 
 def ffa_fixed(adapted: list[Adapted], rank: int, seed: int) -> dict[str, np.ndarray]:

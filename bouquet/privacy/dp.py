@@ -14,6 +14,11 @@ the task's per-example losses (``task.example_losses(model, x, y)``, shape ``(B,
 them itself (:func:`mean_of_examples`). A token mean over a whole batch (a causal LM's usual loss)
 would weight each example by the other examples' lengths.
 
+Clipping bounds only what Opacus sees: :func:`check_per_sample_coverage` refuses, at the first
+private backward pass, a trainable tensor whose per-sample gradients do not add up to its whole
+gradient (a tied embedding read outside its module's forward, as ``rt-smollm``'s verbalizer) and a
+trainable tensor the private optimiser does not hold.
+
 The randomness of the mechanism (which rows a step uses, and the noise) must be unknown to
 whoever sees the release: :func:`secret_generator` draws it from OS entropy, or from the node's
 own ``dp-seed`` (node config, never sent) for reproducible simulations; never from the run seed,
@@ -97,6 +102,67 @@ def poisson_batches(n: int, batch_size: int, generator: torch.Generator) -> Iter
         yield torch.nonzero(torch.rand(n, generator=generator) < q).reshape(-1)
 
 
+def check_per_sample_coverage(model: nn.Module, params: Sequence[torch.Tensor],
+                              rtol: float = 1e-3) -> None:
+    """Refuse DP-SGD when Opacus' per-sample gradients miss part of a trainable tensor's gradient.
+
+    Opacus computes a tensor's per-sample gradients (``p.grad_sample``) in the hooks of the
+    modules whose forward uses it; the private step then clips and noises those and *replaces*
+    ``p.grad`` with the result. A tensor also read outside its module's forward (a tied input
+    embedding that the task reads as its verbalizer, ``model.lm_head.weight[word_ids]``) gets a
+    per-sample gradient of only part of its use: the rest of its gradient is silently dropped,
+    and the trained model is not the one the user asked for. A trainable tensor that the
+    optimiser does not hold would escape clipping and noise altogether. Both are refused here,
+    after the first backward pass of a private step, by checking that the mean of the per-sample
+    gradients (``loss_reduction="mean"``) equals the gradient autograd accumulated, tensor by
+    tensor (a structural check: it holds or fails whatever the rows).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model (not its ``GradSampleModule``), after ``backward``.
+    params : sequence of torch.Tensor
+        The tensors the private optimiser updates.
+    rtol : float
+        Relative tolerance of the comparison (float rounding is ~1e-7).
+
+    Raises
+    ------
+    ValueError
+        Naming each tensor not fully covered.
+
+    """
+    names: dict[int, str] = {}
+    for n, w in model.named_parameters(remove_duplicate=False):  # tied tensors: every name
+        names[id(w)] = f"{names[id(w)]} = {n}" if id(w) in names else n
+    given = {id(p) for p in params}
+    stray = sorted({n for n, w in model.named_parameters() if w.requires_grad and id(w) not in given})
+    if stray:
+        raise ValueError(f"DP-SGD: trainable tensor(s) {stray} are not among the privately trained "
+                         "ones; they would escape per-sample clipping: freeze them")
+    partial: list[str] = []
+    for p in params:
+        name = names.get(id(p), f"<tensor of shape {tuple(p.shape)} outside the model>")
+        sample = getattr(p, "grad_sample", None)
+        if sample is None or p.grad is None:
+            partial.append(f"{name} (no per-sample gradient)")
+            continue
+        if isinstance(sample, list):
+            sample = torch.cat(sample)
+        mean, full = sample.mean(0), p.grad
+        gap = float((mean - full).norm())
+        if gap > rtol * max(float(full.norm()), float(mean.norm())) + 1e-12:
+            partial.append(f"{name} (per-sample gradients cover "
+                           f"{float(mean.norm()) / max(float(full.norm()), 1e-30):.2f} of its norm)")
+    if partial:
+        raise ValueError(
+            "DP-SGD: Opacus' per-sample gradients miss part of the gradient of " + ", ".join(partial)
+            + ": the tensor is used outside the forward of the module that holds it (e.g. a tied "
+            "embedding read as the verbalizer), so the private step would silently drop that part. "
+            "Freeze it (leave it out of lora.head-modules) or use it through its module's forward"
+        )
+
+
 def make_optimizer(name: str, params: Sequence[torch.Tensor], lr: float) -> torch.optim.Optimizer:
     """A fresh local optimiser (``adamw`` or ``sgd``, no weight decay)."""
     if name == "sgd":
@@ -174,6 +240,7 @@ def local_train(
                           loss_reduction="mean", generator=noise_generator, secure_mode=True)
     model.train()
     losses: list[float] = []
+    checked = dp is None
     try:
         for _ in range(steps):
             idx = next(batches)
@@ -184,6 +251,9 @@ def local_train(
             else:
                 loss = loss_fn(net, x[idx], y[idx])
                 loss.backward()
+                if not checked:
+                    check_per_sample_coverage(model, params)
+                    checked = True
                 if dp is None:
                     losses.append(float(loss.detach()))
             opt.step()
@@ -225,6 +295,7 @@ def private_gradient_sum(
                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
         else:
             mean_of_examples(example_loss_fn)(net, x, y).backward()
+            check_per_sample_coverage(model, params)
         opt.pre_step()  # clip, sum, add noise, divide by expected_batch_size (1)
         return [p.grad.detach().clone() for p in params]  # type: ignore[union-attr]
     finally:
