@@ -253,3 +253,34 @@ def test_env_counts_without_a_cache_as_before(data_file: Path) -> None:
     env = ClientEnv(common(), {}, task, 1, 2)
     assert env.num_examples() == task.partition(1, 2, common()).num_train
     assert partition_size(task, 1, 2, common(), PartitionCache(data_file.parent / "none")) is None
+
+
+class EnvFileTask(FileTask):
+    """A :class:`FileTask` whose file is chosen by an environment variable (as Fashion-MNIST's)."""
+
+    name = "env-file-task"
+    data_environment = ("BOUQUET_TEST_DATA_FILE",)
+
+    def __init__(self) -> None:
+        super().__init__(Path(os.environ["BOUQUET_TEST_DATA_FILE"]))
+
+
+def test_a_hello_misses_when_an_environment_variable_chooses_other_data(
+        tmp_path: Path, data_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same state-dir, the variable pointing at a file of another size: no stale count."""
+    rng = np.random.default_rng(1)
+    other = tmp_path / "other.npz"
+    np.savez(other, x=rng.normal(size=(40, 4)).astype(np.float32), y=rng.integers(0, 3, 40),
+             xt=rng.normal(size=(10, 4)).astype(np.float32), yt=rng.integers(0, 3, 10))
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    name = f"{EnvFileTask.__module__}.{EnvFileTask.__qualname__}"
+    monkeypatch.setenv("BOUQUET_TEST_DATA_FILE", str(data_file))
+    first = load_partition(EnvFileTask(), 0, 2, cfg, cache)
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) == first.num_train
+    monkeypatch.setenv("BOUQUET_TEST_DATA_FILE", str(other))
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) is None
+    second = load_partition(EnvFileTask(), 0, 2, cfg, cache)
+    assert second.num_train != first.num_train
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) == second.num_train
+    monkeypatch.delenv("BOUQUET_TEST_DATA_FILE")
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) is None

@@ -87,6 +87,8 @@ class ClassificationTask(MiniBatches):
     data_packages: tuple[str, ...] = ("numpy", "flwr-datasets", "datasets")
     #: Further modules whose source shapes the arrays (part of :meth:`data_fingerprint`).
     fingerprint_modules: tuple[str, ...] = ()
+    #: Environment variables that choose :meth:`data_sources` (part of :meth:`data_fingerprint`).
+    data_environment: tuple[str, ...] = ()
 
     # --------------------------------------------------------------- to implement
     def load_arrays(self) -> Arrays:
@@ -121,7 +123,7 @@ class ClassificationTask(MiniBatches):
         if sources is None:
             return None
         return fingerprint_inputs(type(self), sources, self.data_packages,
-                                  self.fingerprint_modules)
+                                  self.fingerprint_modules, self.data_environment)
 
     @cached_property
     def data(self) -> Arrays:

@@ -11,7 +11,10 @@ everything that shaped it is unchanged:
 * each data file's path, size and modification time (``stat``, no read: a file replaced by
   another with the same size and time is not noticed);
 * the versions of the distributions that read or split the data (``numpy``, ``flwr-datasets``,
-  ``transformers``...).
+  ``transformers``...);
+* the values of the environment variables that choose the data files (``BOUQUET_FMNIST_DIR``,
+  ``BOUQUET_RT_MODEL``...): a hello checks the recorded inputs without the task, so it cannot
+  ask the task for its files again, and a variable pointing elsewhere must be a miss.
 
 Computing it reads a few small source files and stats the data files: a few milliseconds, far
 less than loading the data it stands for. The inputs are kept beside a cached partition, so that
@@ -24,13 +27,14 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 #: Bump when the meaning of the fingerprint changes.
-FORMAT = 1
+FORMAT = 2
 #: Modules every task's partitions depend on.
 BASE_MODULES = ("bouquet.tasks.partition",)
 
@@ -63,7 +67,8 @@ def _file_identity(path: Path) -> str:
 
 
 def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iterable[str],
-                       modules: Iterable[str] = ()) -> dict[str, Any]:
+                       modules: Iterable[str] = (),
+                       environment: Iterable[str] = ()) -> dict[str, Any]:
     """What a task's data fingerprint is computed from, as plain JSON values.
 
     Parameters
@@ -76,12 +81,16 @@ def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iter
         Distribution names whose versions shape the arrays.
     modules : iterable of str
         Further modules whose source shapes the arrays (a tokenizer helper, say).
+    environment : iterable of str
+        Environment variables that choose the data files (their values, None when unset, are
+        recorded and compared by :func:`inputs_hold`).
 
     Returns
     -------
     dict
         ``format``, ``class``, ``modules`` (name -> source digest), ``files`` (path, size and
-        modification time) and ``packages`` (name -> version).
+        modification time), ``packages`` (name -> version) and ``environment`` (variable ->
+        value or None).
 
     """
     names = {c.__module__ for c in task_class.__mro__ if c.__module__.startswith("bouquet.")}
@@ -91,6 +100,7 @@ def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iter
         "modules": {n: _module_digest(n) for n in sorted(names | set(BASE_MODULES) | set(modules))},
         "files": sorted(_file_identity(Path(p)) for p in sources),
         "packages": {d: _version(d) for d in sorted(set(packages))},
+        "environment": {n: os.environ.get(n) for n in sorted(set(environment))},
     }
 
 
@@ -102,16 +112,19 @@ def digest_of(inputs: dict[str, Any]) -> str:
 def inputs_hold(inputs: Any) -> bool:
     """Whether recorded :func:`fingerprint_inputs` still describe this machine, without the task.
 
-    Re-hashes the named modules' source files (found, not run), re-stats the named data files
-    and re-reads the package versions; anything missing, changed or malformed is False. This is
+    Re-hashes the named modules' source files (found, not run), re-stats the named data files,
+    re-reads the package versions and the environment variables that choose the files; anything missing, changed or malformed is False. This is
     how a hello checks a cached partition without importing the task's module (and torch).
     """
     try:
         if not isinstance(inputs, dict) or inputs.get("format") != FORMAT:
             return False
         modules, files, packages = inputs["modules"], inputs["files"], inputs["packages"]
+        environment = inputs["environment"]
         if not (isinstance(modules, dict) and isinstance(files, list)
-                and isinstance(packages, dict)):
+                and isinstance(packages, dict) and isinstance(environment, dict)):
+            return False
+        if any(os.environ.get(str(n)) != v for n, v in environment.items()):
             return False
         if any(_module_digest(str(n)) != d for n, d in modules.items()):
             return False
