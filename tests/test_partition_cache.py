@@ -284,3 +284,49 @@ def test_a_hello_misses_when_an_environment_variable_chooses_other_data(
     assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) == second.num_train
     monkeypatch.delenv("BOUQUET_TEST_DATA_FILE")
     assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) is None
+
+
+PLUGIN_SOURCE = '''
+import numpy as np
+
+from bouquet.tasks.classification import Arrays, ClassificationTask
+
+
+class PluginTask(ClassificationTask):
+    name = "plugin-task"
+    scale = {scale}
+
+    def __init__(self, path):
+        self.path = path
+
+    def data_sources(self):
+        return [self.path]
+
+    def load_arrays(self):
+        with np.load(self.path) as f:
+            return Arrays(f["x"] * self.scale, f["y"], f["xt"], f["yt"])
+'''
+
+
+def test_the_fingerprint_hashes_a_plugin_task_s_own_module(
+        tmp_path: Path, data_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task outside bouquet: its own module is keyed (a test module's class too)."""
+    import importlib
+    import sys
+
+    from bouquet.tasks.fingerprint import inputs_hold
+
+    package = tmp_path / "plugin_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(PLUGIN_SOURCE.format(scale=1.0))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "plugin_pkg.tasks", raising=False)
+    module = importlib.import_module("plugin_pkg.tasks")
+    inputs = module.PluginTask(data_file).data_fingerprint_inputs()
+    assert "plugin_pkg.tasks" in inputs["modules"]
+    assert FileTask.__module__ in FileTask(data_file).data_fingerprint_inputs()["modules"]
+    assert inputs_hold(inputs)
+    (package / "tasks.py").write_text(PLUGIN_SOURCE.format(scale=2.0))  # the plugin changed
+    assert not inputs_hold(inputs)
+    assert module.PluginTask(data_file).data_fingerprint_inputs() != inputs

@@ -4,8 +4,9 @@ A node's partition cache on disk (:mod:`bouquet.tasks.partition_cache`) is keyed
 (:func:`digest_of` the :func:`fingerprint_inputs`), so a cached partition is used only while
 everything that shaped it is unchanged:
 
-* the task's class and the source text of every bouquet module that defines it (its class
-  attributes such as ``max_length``, its loading and preprocessing code) plus
+* the task's class and the source text of every module of its class hierarchy outside the
+  standard library (bouquet's and a plugin's own: its class attributes, its loading and
+  preprocessing code) plus
   ``bouquet.tasks.partition`` (the partitioners) and any module the task names in
   ``fingerprint_modules``;
 * each data file's path, size and modification time (``stat``, no read: a file replaced by
@@ -54,6 +55,16 @@ def _module_digest(name: str) -> str:
     return hashlib.sha256(path.read_bytes() if path else name.encode()).hexdigest()
 
 
+def _is_stdlib(module: str) -> bool:
+    top = module.split(".", 1)[0]
+    return top in sys.stdlib_module_names or top == "builtins"
+
+
+def class_modules(task_class: type) -> set[str]:
+    """The modules defining ``task_class`` and its bases, the standard library's left out."""
+    return {c.__module__ for c in task_class.__mro__ if not _is_stdlib(c.__module__)}
+
+
 def _version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
@@ -74,7 +85,8 @@ def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iter
     Parameters
     ----------
     task_class : type
-        The task's class; the source of every ``bouquet`` module in its MRO is hashed.
+        The task's class; the source of every module in its MRO outside the standard library
+        is hashed (:func:`class_modules`), the task's own module included.
     sources : iterable of Path
         The local files the dataset is read from (a missing one raises ``OSError``).
     packages : iterable of str
@@ -93,7 +105,7 @@ def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iter
         value or None).
 
     """
-    names = {c.__module__ for c in task_class.__mro__ if c.__module__.startswith("bouquet.")}
+    names = class_modules(task_class)
     return {
         "format": FORMAT,
         "class": f"{task_class.__module__}.{task_class.__qualname__}",
