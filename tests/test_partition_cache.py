@@ -330,3 +330,15 @@ def test_the_fingerprint_hashes_a_plugin_task_s_own_module(
     (package / "tasks.py").write_text(PLUGIN_SOURCE.format(scale=2.0))  # the plugin changed
     assert not inputs_hold(inputs)
     assert module.PluginTask(data_file).data_fingerprint_inputs() != inputs
+
+
+def test_a_changed_task_attribute_misses(tmp_path: Path, data_file: Path) -> None:
+    """An attribute set on the object (not in any source file) is keyed by its repr."""
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    task = FileTask(data_file)
+    load_partition(task, 0, 2, cfg, cache)
+    changed = FileTask(data_file)
+    changed.max_length = 12  # type: ignore[attr-defined]
+    assert partition_key(changed, 0, 2, cfg) != partition_key(task, 0, 2, cfg)
+    assert partition_size(changed, 0, 2, cfg, cache) is None
+    assert partition_size(FileTask(data_file), 0, 2, cfg, cache) is not None

@@ -9,6 +9,8 @@ everything that shaped it is unchanged:
   preprocessing code) plus
   ``bouquet.tasks.partition`` (the partitioners) and any module the task names in
   ``fingerprint_modules``;
+* the ``repr`` of the task object's attributes that shape the rows (``max_length``,
+  ``train_rows``, ``template``...: set on the object, they are not in any source file);
 * each data file's path, size and modification time (``stat``, no read: a file replaced by
   another with the same size and time is not noticed);
 * the versions of the distributions that read or split the data (``numpy``, ``flwr-datasets``,
@@ -30,7 +32,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +81,8 @@ def _file_identity(path: Path) -> str:
 
 def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iterable[str],
                        modules: Iterable[str] = (),
-                       environment: Iterable[str] = ()) -> dict[str, Any]:
+                       environment: Iterable[str] = (),
+                       attributes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a task's data fingerprint is computed from, as plain JSON values.
 
     Parameters
@@ -96,13 +99,16 @@ def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iter
     environment : iterable of str
         Environment variables that choose the data files (their values, None when unset, are
         recorded and compared by :func:`inputs_hold`).
+    attributes : mapping of str to str, optional
+        The ``repr`` of each task attribute that shapes the rows (recorded as they are: a
+        hello, which has no task object, keeps the ones the entry was written with).
 
     Returns
     -------
     dict
         ``format``, ``class``, ``modules`` (name -> source digest), ``files`` (path, size and
         modification time), ``packages`` (name -> version) and ``environment`` (variable ->
-        value or None).
+        value or None) and ``attributes`` (name -> repr).
 
     """
     names = class_modules(task_class)
@@ -113,6 +119,7 @@ def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iter
         "files": sorted(_file_identity(Path(p)) for p in sources),
         "packages": {d: _version(d) for d in sorted(set(packages))},
         "environment": {n: os.environ.get(n) for n in sorted(set(environment))},
+        "attributes": dict(sorted((attributes or {}).items())),
     }
 
 
