@@ -342,3 +342,73 @@ def test_a_changed_task_attribute_misses(tmp_path: Path, data_file: Path) -> Non
     assert partition_key(changed, 0, 2, cfg) != partition_key(task, 0, 2, cfg)
     assert partition_size(changed, 0, 2, cfg, cache) is None
     assert partition_size(FileTask(data_file), 0, 2, cfg, cache) is not None
+
+
+def _age(path: Path, seconds: float) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - int(seconds * 1e9)))
+
+
+def test_a_store_prunes_the_partition_s_other_entries_and_dead_writers_files(
+        tmp_path: Path, data_file: Path) -> None:
+    """One entry per partition: an older fingerprint's entry and stale temporaries go."""
+    from bouquet.tasks.partition_cache import STALE_TMP_S
+
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    old_task = FileTask(data_file)
+    old_task.max_length = 1  # type: ignore[attr-defined]  # another fingerprint, same partition
+    load_partition(old_task, 0, 2, cfg, cache)
+    load_partition(FileTask(data_file), 1, 2, cfg, cache)  # another partition: kept
+    old_key, other_key = partition_key(old_task, 0, 2, cfg), partition_key(FileTask(data_file), 1, 2, cfg)
+    assert old_key is not None and other_key is not None
+    stale, fresh = cache.folder / "ab.tmp-dead", cache.folder / "cd.tmp-live"
+    stale.mkdir(), fresh.mkdir()
+    _age(stale, STALE_TMP_S + 10)
+    hello_stale, hello_fresh = cache.folder / "hello" / "x.json.tmp", cache.folder / "hello" / "y.json.tmp"
+    hello_stale.write_text("{"), hello_fresh.write_text("{")
+    _age(hello_stale, STALE_TMP_S + 10)
+    load_partition(FileTask(data_file), 0, 2, cfg, cache)
+    new_key = partition_key(FileTask(data_file), 0, 2, cfg)
+    assert new_key is not None and new_key != old_key
+    entries = {p.name for p in cache.folder.iterdir() if p.is_dir()}
+    assert entries == {new_key.digest(), other_key.digest(), "hello", fresh.name}
+    assert {p.name for p in (cache.folder / "hello").iterdir()} >= {hello_fresh.name}
+    assert not hello_stale.exists()
+    assert cache.count(new_key) is not None and cache.count(other_key) is not None
+
+
+def test_a_store_keeps_an_intact_entry_in_place(tmp_path: Path, data_file: Path) -> None:
+    """A second writer of the same partition discards its copy; a damaged entry is replaced."""
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    task = FileTask(data_file)
+    local = load_partition(task, 0, 2, cfg, cache)
+    key = partition_key(task, 0, 2, cfg)
+    assert key is not None
+    marker = cache.entry(key) / "marker"
+    marker.write_text("the first writer's entry")
+    cache.store(key, local)
+    assert marker.exists()  # kept, not moved aside and rewritten
+    assert not [p for p in cache.folder.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+    data = bytearray((cache.entry(key) / "x_train.npy").read_bytes())
+    data[-1] ^= 0xFF
+    (cache.entry(key) / "x_train.npy").write_bytes(bytes(data))
+    cache.store(key, local)
+    assert not marker.exists() and cache.load(key) is not None
+
+
+def test_a_count_needs_the_rows_in_the_file_not_only_in_the_meta(
+        tmp_path: Path, data_file: Path) -> None:
+    """A meta.json naming more rows than its .npy files hold is not counted."""
+    import json
+
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    task = FileTask(data_file)
+    local = load_partition(task, 0, 2, cfg, cache)
+    key = partition_key(task, 0, 2, cfg)
+    assert key is not None and cache.count(key) == local.num_train
+    meta_path = cache.entry(key) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    for name in ("x_train", "y_train"):
+        meta["arrays"][name]["shape"][0] += 5  # sizes and digests left as they are
+    meta_path.write_text(json.dumps(meta))
+    assert cache.count(key) is None

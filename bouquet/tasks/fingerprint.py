@@ -132,8 +132,10 @@ def inputs_hold(inputs: Any) -> bool:
     """Whether recorded :func:`fingerprint_inputs` still describe this machine, without the task.
 
     Re-hashes the named modules' source files (found, not run), re-stats the named data files,
-    re-reads the package versions and the environment variables that choose the files; anything missing, changed or malformed is False. This is
-    how a hello checks a cached partition without importing the task's module (and torch).
+    re-reads the package versions and the environment variables that choose the files;
+    anything missing, changed or malformed is False. Attributes are not checked (a hello has
+    no task object). This is how a hello checks a cached partition without importing the
+    task's module (and torch).
     """
     try:
         if not isinstance(inputs, dict) or inputs.get("format") != FORMAT:
