@@ -412,3 +412,19 @@ def test_a_count_needs_the_rows_in_the_file_not_only_in_the_meta(
         meta["arrays"][name]["shape"][0] += 5  # sizes and digests left as they are
     meta_path.write_text(json.dumps(meta))
     assert cache.count(key) is None
+
+
+def test_env_counts_a_miss_with_the_task_s_own_count(
+        tmp_path: Path, data_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cache miss the hello's count is ``task.num_examples``, and the rows are stored."""
+    monkeypatch.setattr(client_base, "_DATA_CACHE", {})  # a fresh process
+
+    class CountingTask(FileTask):
+        def num_examples(self, partition_id: int, num_partitions: int,
+                         common: CommonConfig) -> int:
+            return 7
+
+    task = CountingTask(data_file)
+    env = ClientEnv(common(), {}, task, 0, 2, partition_cache=tmp_path / "cache")
+    assert env.num_examples() == 7
+    assert partition_size(task, 0, 2, common(), PartitionCache(tmp_path / "cache")) is not None
