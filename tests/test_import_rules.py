@@ -326,3 +326,19 @@ def test_every_old_config_import_path_still_works(module: str) -> None:
     new = importlib.import_module(f"bouquet.strategies.sections.{module}")
     for name in MOVED_CONFIGS[module]:
         assert getattr(old, name) is getattr(new, name)
+
+
+NUMPY_FREE_CLAIM = "Standard library and :mod:`bouquet.schema` only"
+
+
+@pytest.mark.parametrize("module", sorted(MOVED_CONFIGS))
+def test_a_section_that_claims_numpy_free_imports_no_numpy(module: str) -> None:
+    """A section's docstring says what it imports: "schema only" must load no numpy."""
+    import importlib
+
+    name = f"bouquet.strategies.sections.{module}"
+    claims = NUMPY_FREE_CLAIM in (importlib.import_module(name).__doc__ or "")
+    code = f"import sys, {name}; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert not claims or out == "False"
