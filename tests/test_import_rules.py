@@ -302,3 +302,43 @@ def test_every_public_strategy_name_has_a_home() -> None:
     from bouquet import strategies
 
     assert sorted(strategies.__all__) == sorted(strategies._HOMES)
+
+
+#: The config classes that moved into bouquet.strategies.sections, by their old module.
+MOVED_CONFIGS = {
+    "compressed_fedavg": ("FedAvgCompressedConfig", "FedEFConfig"),
+    "fedavg": ("FedAvgConfig",),
+    "fedcg": ("FedcgConfig",),
+    "fedkseed": ("FedKSeedConfig",),
+    "linucb": ("LinUCBConfig", "DPLinUCBConfig"),
+    "lora": ("LoraConfig", "FedSBConfig"),
+    "scaffold": ("ScaffoldConfig", "ScallionConfig", "ScafcomConfig"),
+    "uplink": ("UplinkCompression",),
+}
+
+
+@pytest.mark.parametrize("module", sorted(MOVED_CONFIGS))
+def test_every_old_config_import_path_still_works(module: str) -> None:
+    """``from bouquet.strategies.<family> import <Config>`` names the section's class."""
+    import importlib
+
+    old = importlib.import_module(f"bouquet.strategies.{module}")
+    new = importlib.import_module(f"bouquet.strategies.sections.{module}")
+    for name in MOVED_CONFIGS[module]:
+        assert getattr(old, name) is getattr(new, name)
+
+
+NUMPY_FREE_CLAIM = "Standard library and :mod:`bouquet.schema` only"
+
+
+@pytest.mark.parametrize("module", sorted(MOVED_CONFIGS))
+def test_a_section_that_claims_numpy_free_imports_no_numpy(module: str) -> None:
+    """A section's docstring says what it imports: "schema only" must load no numpy."""
+    import importlib
+
+    name = f"bouquet.strategies.sections.{module}"
+    claims = NUMPY_FREE_CLAIM in (importlib.import_module(name).__doc__ or "")
+    code = f"import sys, {name}; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert not claims or out == "False"

@@ -253,3 +253,178 @@ def test_env_counts_without_a_cache_as_before(data_file: Path) -> None:
     env = ClientEnv(common(), {}, task, 1, 2)
     assert env.num_examples() == task.partition(1, 2, common()).num_train
     assert partition_size(task, 1, 2, common(), PartitionCache(data_file.parent / "none")) is None
+
+
+class EnvFileTask(FileTask):
+    """A :class:`FileTask` whose file is chosen by an environment variable (as Fashion-MNIST's)."""
+
+    name = "env-file-task"
+    data_environment = ("BOUQUET_TEST_DATA_FILE",)
+
+    def __init__(self) -> None:
+        super().__init__(Path(os.environ["BOUQUET_TEST_DATA_FILE"]))
+
+
+def test_a_hello_misses_when_an_environment_variable_chooses_other_data(
+        tmp_path: Path, data_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same state-dir, the variable pointing at a file of another size: no stale count."""
+    rng = np.random.default_rng(1)
+    other = tmp_path / "other.npz"
+    np.savez(other, x=rng.normal(size=(40, 4)).astype(np.float32), y=rng.integers(0, 3, 40),
+             xt=rng.normal(size=(10, 4)).astype(np.float32), yt=rng.integers(0, 3, 10))
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    name = f"{EnvFileTask.__module__}.{EnvFileTask.__qualname__}"
+    monkeypatch.setenv("BOUQUET_TEST_DATA_FILE", str(data_file))
+    first = load_partition(EnvFileTask(), 0, 2, cfg, cache)
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) == first.num_train
+    monkeypatch.setenv("BOUQUET_TEST_DATA_FILE", str(other))
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) is None
+    second = load_partition(EnvFileTask(), 0, 2, cfg, cache)
+    assert second.num_train != first.num_train
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) == second.num_train
+    monkeypatch.delenv("BOUQUET_TEST_DATA_FILE")
+    assert cached_count(cache.folder, "env-file-task", name, 0, 2, cfg) is None
+
+
+PLUGIN_SOURCE = '''
+import numpy as np
+
+from bouquet.tasks.classification import Arrays, ClassificationTask
+
+
+class PluginTask(ClassificationTask):
+    name = "plugin-task"
+    scale = {scale}
+
+    def __init__(self, path):
+        self.path = path
+
+    def data_sources(self):
+        return [self.path]
+
+    def load_arrays(self):
+        with np.load(self.path) as f:
+            return Arrays(f["x"] * self.scale, f["y"], f["xt"], f["yt"])
+'''
+
+
+def test_the_fingerprint_hashes_a_plugin_task_s_own_module(
+        tmp_path: Path, data_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task outside bouquet: its own module is keyed (a test module's class too)."""
+    import importlib
+    import sys
+
+    from bouquet.tasks.fingerprint import inputs_hold
+
+    package = tmp_path / "plugin_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(PLUGIN_SOURCE.format(scale=1.0))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "plugin_pkg.tasks", raising=False)
+    module = importlib.import_module("plugin_pkg.tasks")
+    inputs = module.PluginTask(data_file).data_fingerprint_inputs()
+    assert "plugin_pkg.tasks" in inputs["modules"]
+    assert FileTask.__module__ in FileTask(data_file).data_fingerprint_inputs()["modules"]
+    assert inputs_hold(inputs)
+    (package / "tasks.py").write_text(PLUGIN_SOURCE.format(scale=2.0))  # the plugin changed
+    assert not inputs_hold(inputs)
+    assert module.PluginTask(data_file).data_fingerprint_inputs() != inputs
+
+
+def test_a_changed_task_attribute_misses(tmp_path: Path, data_file: Path) -> None:
+    """An attribute set on the object (not in any source file) is keyed by its repr."""
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    task = FileTask(data_file)
+    load_partition(task, 0, 2, cfg, cache)
+    changed = FileTask(data_file)
+    changed.max_length = 12  # type: ignore[attr-defined]
+    assert partition_key(changed, 0, 2, cfg) != partition_key(task, 0, 2, cfg)
+    assert partition_size(changed, 0, 2, cfg, cache) is None
+    assert partition_size(FileTask(data_file), 0, 2, cfg, cache) is not None
+
+
+def _age(path: Path, seconds: float) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - int(seconds * 1e9)))
+
+
+def test_a_store_prunes_the_partition_s_other_entries_and_dead_writers_files(
+        tmp_path: Path, data_file: Path) -> None:
+    """One entry per partition: an older fingerprint's entry and stale temporaries go."""
+    from bouquet.tasks.partition_cache import STALE_TMP_S
+
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    old_task = FileTask(data_file)
+    old_task.max_length = 1  # type: ignore[attr-defined]  # another fingerprint, same partition
+    load_partition(old_task, 0, 2, cfg, cache)
+    load_partition(FileTask(data_file), 1, 2, cfg, cache)  # another partition: kept
+    old_key, other_key = partition_key(old_task, 0, 2, cfg), partition_key(FileTask(data_file), 1, 2, cfg)
+    assert old_key is not None and other_key is not None
+    stale, fresh = cache.folder / "ab.tmp-dead", cache.folder / "cd.tmp-live"
+    stale.mkdir(), fresh.mkdir()
+    _age(stale, STALE_TMP_S + 10)
+    hello_stale, hello_fresh = cache.folder / "hello" / "x.json.tmp", cache.folder / "hello" / "y.json.tmp"
+    hello_stale.write_text("{"), hello_fresh.write_text("{")
+    _age(hello_stale, STALE_TMP_S + 10)
+    load_partition(FileTask(data_file), 0, 2, cfg, cache)
+    new_key = partition_key(FileTask(data_file), 0, 2, cfg)
+    assert new_key is not None and new_key != old_key
+    entries = {p.name for p in cache.folder.iterdir() if p.is_dir()}
+    assert entries == {new_key.digest(), other_key.digest(), "hello", fresh.name}
+    assert {p.name for p in (cache.folder / "hello").iterdir()} >= {hello_fresh.name}
+    assert not hello_stale.exists()
+    assert cache.count(new_key) is not None and cache.count(other_key) is not None
+
+
+def test_a_store_keeps_an_intact_entry_in_place(tmp_path: Path, data_file: Path) -> None:
+    """A second writer of the same partition discards its copy; a damaged entry is replaced."""
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    task = FileTask(data_file)
+    local = load_partition(task, 0, 2, cfg, cache)
+    key = partition_key(task, 0, 2, cfg)
+    assert key is not None
+    marker = cache.entry(key) / "marker"
+    marker.write_text("the first writer's entry")
+    cache.store(key, local)
+    assert marker.exists()  # kept, not moved aside and rewritten
+    assert not [p for p in cache.folder.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+    data = bytearray((cache.entry(key) / "x_train.npy").read_bytes())
+    data[-1] ^= 0xFF
+    (cache.entry(key) / "x_train.npy").write_bytes(bytes(data))
+    cache.store(key, local)
+    assert not marker.exists() and cache.load(key) is not None
+
+
+def test_a_count_needs_the_rows_in_the_file_not_only_in_the_meta(
+        tmp_path: Path, data_file: Path) -> None:
+    """A meta.json naming more rows than its .npy files hold is not counted."""
+    import json
+
+    cache, cfg = PartitionCache(tmp_path / "cache"), common(seed=1)
+    task = FileTask(data_file)
+    local = load_partition(task, 0, 2, cfg, cache)
+    key = partition_key(task, 0, 2, cfg)
+    assert key is not None and cache.count(key) == local.num_train
+    meta_path = cache.entry(key) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    for name in ("x_train", "y_train"):
+        meta["arrays"][name]["shape"][0] += 5  # sizes and digests left as they are
+    meta_path.write_text(json.dumps(meta))
+    assert cache.count(key) is None
+
+
+def test_env_counts_a_miss_with_the_task_s_own_count(
+        tmp_path: Path, data_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cache miss the hello's count is ``task.num_examples``, and the rows are stored."""
+    monkeypatch.setattr(client_base, "_DATA_CACHE", {})  # a fresh process
+
+    class CountingTask(FileTask):
+        def num_examples(self, partition_id: int, num_partitions: int,
+                         common: CommonConfig) -> int:
+            return 7
+
+    task = CountingTask(data_file)
+    env = ClientEnv(common(), {}, task, 0, 2, partition_cache=tmp_path / "cache")
+    assert env.num_examples() == 7
+    assert partition_size(task, 0, 2, common(), PartitionCache(tmp_path / "cache")) is not None

@@ -91,16 +91,19 @@ class ClientEnv:
         """Size of this node's training share (what a hello reports).
 
         Read from the partition cache's entry when there is one (no dataset load); otherwise
-        the task counts it (and a cacheable task's partition is then kept on disk).
+        the task counts it (``task.num_examples``), and a cacheable task's partition is then
+        built and kept on disk, so the next message's hello reads the entry.
         """
         cache = self._disk_cache()
-        if cache is None:
-            return int(self.task.num_examples(self.partition_id, self.num_partitions, self.common))
-        from bouquet.tasks.partition_cache import partition_size
+        if cache is not None:
+            from bouquet.tasks.partition_cache import partition_size
 
-        size = partition_size(self.task, self.partition_id, self.num_partitions, self.common,
-                              cache)
-        return int(self.local_data().num_train) if size is None else size
+            size = partition_size(self.task, self.partition_id, self.num_partitions,
+                                  self.common, cache)
+            if size is not None:
+                return size
+            self.local_data()  # a miss: build the partition once and store it
+        return int(self.task.num_examples(self.partition_id, self.num_partitions, self.common))
 
     def _disk_cache(self) -> Any:
         """The :class:`~bouquet.tasks.partition_cache.PartitionCache`, for a cacheable task only."""

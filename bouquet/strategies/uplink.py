@@ -9,7 +9,8 @@ previous reply: a lost or rejected reply never leaves client state that the serv
 (see :mod:`bouquet.clients.staged_state`).
 
 The config mixin naming the uplink compressor and its parameters lives in
-:mod:`bouquet.strategies.sections.uplink` (``UplinkCompression``).
+:mod:`bouquet.strategies.sections.uplink` (``UplinkCompression``, re-exported here: its old
+import path).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bouquet.compression import (
 from bouquet.strategies.arguments import BASE_COMMON_KEYS, LOCAL_TRAINING_KEYS
 from bouquet.strategies.model import ModelStrategy
 from bouquet.strategies.round_log import NodeReply, Parsed, train_metrics
+from bouquet.strategies.sections.uplink import UplinkCompression as UplinkCompression
 from bouquet.wire import validation as v
 from bouquet.wire.flat import Layout
 from bouquet.wire.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor

@@ -87,6 +87,13 @@ class ClassificationTask(MiniBatches):
     data_packages: tuple[str, ...] = ("numpy", "flwr-datasets", "datasets")
     #: Further modules whose source shapes the arrays (part of :meth:`data_fingerprint`).
     fingerprint_modules: tuple[str, ...] = ()
+    #: Environment variables that choose :meth:`data_sources` (part of :meth:`data_fingerprint`).
+    data_environment: tuple[str, ...] = ()
+    #: Attributes whose values shape the rows; their ``repr`` on the object is part of
+    #: :meth:`data_fingerprint` (a missing one counts as None).
+    fingerprint_attributes: tuple[str, ...] = (
+        "max_length", "train_rows", "test_rows", "train_size", "eval_size", "template",
+        "num_classes")
 
     # --------------------------------------------------------------- to implement
     def load_arrays(self) -> Arrays:
@@ -121,7 +128,9 @@ class ClassificationTask(MiniBatches):
         if sources is None:
             return None
         return fingerprint_inputs(type(self), sources, self.data_packages,
-                                  self.fingerprint_modules)
+                                  self.fingerprint_modules, self.data_environment,
+                                  {n: repr(getattr(self, n, None))
+                                   for n in self.fingerprint_attributes})
 
     @cached_property
     def data(self) -> Arrays:

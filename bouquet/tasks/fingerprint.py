@@ -4,14 +4,20 @@ A node's partition cache on disk (:mod:`bouquet.tasks.partition_cache`) is keyed
 (:func:`digest_of` the :func:`fingerprint_inputs`), so a cached partition is used only while
 everything that shaped it is unchanged:
 
-* the task's class and the source text of every bouquet module that defines it (its class
-  attributes such as ``max_length``, its loading and preprocessing code) plus
+* the task's class and the source text of every module of its class hierarchy outside the
+  standard library (bouquet's and a plugin's own: its class attributes, its loading and
+  preprocessing code) plus
   ``bouquet.tasks.partition`` (the partitioners) and any module the task names in
   ``fingerprint_modules``;
+* the ``repr`` of the task object's attributes that shape the rows (``max_length``,
+  ``train_rows``, ``template``...: set on the object, they are not in any source file);
 * each data file's path, size and modification time (``stat``, no read: a file replaced by
   another with the same size and time is not noticed);
 * the versions of the distributions that read or split the data (``numpy``, ``flwr-datasets``,
-  ``transformers``...).
+  ``transformers``...);
+* the values of the environment variables that choose the data files (``BOUQUET_FMNIST_DIR``,
+  ``BOUQUET_RT_MODEL``...): a hello checks the recorded inputs without the task, so it cannot
+  ask the task for its files again, and a variable pointing elsewhere must be a miss.
 
 Computing it reads a few small source files and stats the data files: a few milliseconds, far
 less than loading the data it stands for. The inputs are kept beside a cached partition, so that
@@ -24,13 +30,14 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 #: Bump when the meaning of the fingerprint changes.
-FORMAT = 1
+FORMAT = 2
 #: Modules every task's partitions depend on.
 BASE_MODULES = ("bouquet.tasks.partition",)
 
@@ -50,6 +57,16 @@ def _module_digest(name: str) -> str:
     return hashlib.sha256(path.read_bytes() if path else name.encode()).hexdigest()
 
 
+def _is_stdlib(module: str) -> bool:
+    top = module.split(".", 1)[0]
+    return top in sys.stdlib_module_names or top == "builtins"
+
+
+def class_modules(task_class: type) -> set[str]:
+    """The modules defining ``task_class`` and its bases, the standard library's left out."""
+    return {c.__module__ for c in task_class.__mro__ if not _is_stdlib(c.__module__)}
+
+
 def _version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
@@ -63,34 +80,46 @@ def _file_identity(path: Path) -> str:
 
 
 def fingerprint_inputs(task_class: type, sources: Iterable[Path], packages: Iterable[str],
-                       modules: Iterable[str] = ()) -> dict[str, Any]:
+                       modules: Iterable[str] = (),
+                       environment: Iterable[str] = (),
+                       attributes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a task's data fingerprint is computed from, as plain JSON values.
 
     Parameters
     ----------
     task_class : type
-        The task's class; the source of every ``bouquet`` module in its MRO is hashed.
+        The task's class; the source of every module in its MRO outside the standard library
+        is hashed (:func:`class_modules`), the task's own module included.
     sources : iterable of Path
         The local files the dataset is read from (a missing one raises ``OSError``).
     packages : iterable of str
         Distribution names whose versions shape the arrays.
     modules : iterable of str
         Further modules whose source shapes the arrays (a tokenizer helper, say).
+    environment : iterable of str
+        Environment variables that choose the data files (their values, None when unset, are
+        recorded and compared by :func:`inputs_hold`).
+    attributes : mapping of str to str, optional
+        The ``repr`` of each task attribute that shapes the rows (recorded as they are: a
+        hello, which has no task object, keeps the ones the entry was written with).
 
     Returns
     -------
     dict
         ``format``, ``class``, ``modules`` (name -> source digest), ``files`` (path, size and
-        modification time) and ``packages`` (name -> version).
+        modification time), ``packages`` (name -> version) and ``environment`` (variable ->
+        value or None) and ``attributes`` (name -> repr).
 
     """
-    names = {c.__module__ for c in task_class.__mro__ if c.__module__.startswith("bouquet.")}
+    names = class_modules(task_class)
     return {
         "format": FORMAT,
         "class": f"{task_class.__module__}.{task_class.__qualname__}",
         "modules": {n: _module_digest(n) for n in sorted(names | set(BASE_MODULES) | set(modules))},
         "files": sorted(_file_identity(Path(p)) for p in sources),
         "packages": {d: _version(d) for d in sorted(set(packages))},
+        "environment": {n: os.environ.get(n) for n in sorted(set(environment))},
+        "attributes": dict(sorted((attributes or {}).items())),
     }
 
 
@@ -102,16 +131,21 @@ def digest_of(inputs: dict[str, Any]) -> str:
 def inputs_hold(inputs: Any) -> bool:
     """Whether recorded :func:`fingerprint_inputs` still describe this machine, without the task.
 
-    Re-hashes the named modules' source files (found, not run), re-stats the named data files
-    and re-reads the package versions; anything missing, changed or malformed is False. This is
-    how a hello checks a cached partition without importing the task's module (and torch).
+    Re-hashes the named modules' source files (found, not run), re-stats the named data files,
+    re-reads the package versions and the environment variables that choose the files;
+    anything missing, changed or malformed is False. Attributes are not checked (a hello has
+    no task object). This is how a hello checks a cached partition without importing the
+    task's module (and torch).
     """
     try:
         if not isinstance(inputs, dict) or inputs.get("format") != FORMAT:
             return False
         modules, files, packages = inputs["modules"], inputs["files"], inputs["packages"]
+        environment = inputs["environment"]
         if not (isinstance(modules, dict) and isinstance(files, list)
-                and isinstance(packages, dict)):
+                and isinstance(packages, dict) and isinstance(environment, dict)):
+            return False
+        if any(os.environ.get(str(n)) != v for n, v in environment.items()):
             return False
         if any(_module_digest(str(n)) != d for n, d in modules.items()):
             return False

@@ -69,6 +69,7 @@ class FashionCNN(ClassificationTask):
 
     name = "fmnist-cnn"
     num_classes = 10
+    data_environment: tuple[str, ...] = ("BOUQUET_FMNIST_DIR",)
 
     def data_sources(self) -> list[Path] | None:
         """The four IDX files; None when they are absent (the hub path is not cached on disk)."""

@@ -9,9 +9,13 @@ it here (:class:`PartitionCache`), one folder per :class:`PartitionKey`::
 
 * **Key**: the task, its data fingerprint (:mod:`bouquet.tasks.fingerprint`: the task's code,
   data files and reading packages), the partition scheme and its arguments, the seed, the
-  partition id and the number of partitions. Another key is another folder.
+  partition id and the number of partitions. Another key is another folder; storing an entry
+  removes the same partition's entries under another fingerprint (the data or code changed:
+  they can never be read again), so a node keeps one entry per partition.
 * **Written atomically**: into a temporary folder, ``meta.json`` last, then renamed into place,
-  so a reader sees a whole entry or none. Not flushed to the disk (``fsync``): the cache can
+  so a reader sees a whole entry or none; an intact entry already in place (another process
+  was faster) is kept. Temporary folders and files older than :data:`STALE_TMP_S` (a writer
+  that died) are removed on the next store. Not flushed to the disk (``fsync``): the cache can
   always be rebuilt, and what a power cut leaves is caught by the checks below.
 * **Never trusted**: ``meta.json`` names the key, each array's shape, dtype, byte size and
   BLAKE2b digest. An entry whose meta does not parse or names another key, whose file is
@@ -22,7 +26,8 @@ it here (:class:`PartitionCache`), one folder per :class:`PartitionKey`::
   private copy of the partition (a write to the tensors stays in the process).
 
 :meth:`PartitionCache.count` answers a hello's "how many training rows" from ``meta.json`` and
-the files' sizes alone (the digests are checked when the rows are loaded), and
+the files' ``.npy`` headers and sizes alone (each size must be the header's plus rows x row
+size; the digests are checked when the rows are loaded), and
 :func:`cached_count` does so without the task: ``<cache>/hello/<partition>.json`` keeps the
 fingerprint's inputs, checked again by :func:`~bouquet.tasks.fingerprint.inputs_hold`, so a hello
 on a warm node imports neither the task's module nor torch.
@@ -54,7 +59,7 @@ ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 META = "meta.json"
 #: Folder of the hello index: per partition (without the fingerprint), the fingerprint's inputs.
 HELLO_DIR = "hello"
-#: Temporary folders of writers that died are removed after this many seconds.
+#: Temporary folders and files of writers that died are removed after this many seconds.
 STALE_TMP_S = 3600.0
 
 
@@ -113,11 +118,8 @@ class PartitionCache:
                     and isinstance(info.get("shape"), list) and isinstance(info.get("dtype"), str)
                     and isinstance(info.get("digest"), str)):
                 return None
-            try:
-                if (entry / f"{name}.npy").stat().st_size != info["bytes"]:
-                    return None  # truncated or replaced
-            except OSError:
-                return None
+            if not _file_matches(entry / f"{name}.npy", info):
+                return None  # truncated, replaced, or meta naming another shape
         shapes = {name: arrays[name]["shape"] for name in ARRAYS}
         if (not shapes["y_train"] or not shapes["x_train"]
                 or shapes["x_train"][0] != shapes["y_train"][0]
@@ -140,10 +142,15 @@ class PartitionCache:
 
         from bouquet.tasks.classification import LocalData
 
+        arrays = self._arrays(key)
+        return None if arrays is None else LocalData(*(torch.from_numpy(a) for a in arrays))
+
+    def _arrays(self, key: PartitionKey) -> list[np.ndarray] | None:
+        """``key``'s arrays, memory-mapped and checked against every digest, or None."""
         meta = self._meta(key)
         if meta is None:
             return None
-        entry, tensors = self.entry(key), []
+        entry, arrays = self.entry(key), []
         for name in ARRAYS:
             info = meta["arrays"][name]
             try:
@@ -153,21 +160,22 @@ class PartitionCache:
             if (list(array.shape) != info["shape"] or array.dtype.str != info["dtype"]
                     or array.dtype.hasobject or _array_digest(array) != info["digest"]):
                 return None
-            tensors.append(torch.from_numpy(array))
-        return LocalData(*tensors)
+            arrays.append(array)
+        return arrays
 
     # --------------------------------------------------------------- writing
     def store(self, key: PartitionKey, local: LocalData,
               inputs: dict[str, Any] | None = None) -> None:
-        """Write ``local`` as ``key``'s entry, atomically, replacing a stale or damaged one.
+        """Write ``local`` as ``key``'s entry, atomically, replacing a damaged one.
 
-        With ``inputs`` (the fingerprint's :func:`~bouquet.tasks.fingerprint.fingerprint_inputs`),
-        the hello index is written too, so that :func:`cached_count` finds the entry without the
-        task.
+        An intact entry already there (another process wrote it meanwhile) is kept. Then the
+        folder is pruned (:meth:`_prune`): the same partition's entries under another
+        fingerprint, and what writers that died left. With ``inputs`` (the fingerprint's
+        :func:`~bouquet.tasks.fingerprint.fingerprint_inputs`), the hello index is written too,
+        so that :func:`cached_count` finds the entry without the task.
         """
         self.folder.mkdir(parents=True, exist_ok=True)
         entry = self.entry(key)
-        self._remove_stale_tmp(entry.name)
         tmp = Path(tempfile.mkdtemp(dir=self.folder, prefix=f"{entry.name}.tmp-"))
         try:
             arrays: dict[str, Any] = {}
@@ -179,9 +187,10 @@ class PartitionCache:
                                 "bytes": path.stat().st_size, "digest": _array_digest(array)}
             meta = {"key": [FORMAT, dataclasses.asdict(key)], "arrays": arrays}
             (tmp / META).write_text(json.dumps(meta, sort_keys=True))
-            self._install(tmp, entry)
+            self._install(tmp, key)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        self._prune(key)
         if inputs is not None and digest_of(inputs) == key.fingerprint:
             index = self.folder / HELLO_DIR / f"{hello_name(key)}.json"
             index.parent.mkdir(exist_ok=True)
@@ -190,8 +199,14 @@ class PartitionCache:
                 json.dump({"format": FORMAT, "inputs": inputs}, f, sort_keys=True)
             os.replace(part, index)
 
-    def _install(self, tmp: Path, entry: Path) -> None:
-        """Rename ``tmp`` to ``entry``; an old entry there is moved aside and removed first."""
+    def _install(self, tmp: Path, key: PartitionKey) -> None:
+        """Rename ``tmp`` to ``key``'s entry, unless an intact one is there (then ``tmp`` stays).
+
+        A damaged entry in the way is moved aside and removed first.
+        """
+        entry = self.entry(key)
+        if self._arrays(key) is not None:
+            return  # the caller removes tmp
         if entry.exists():
             trash = Path(tempfile.mkdtemp(dir=self.folder, prefix=f"{entry.name}.old-"))
             try:
@@ -204,14 +219,79 @@ class PartitionCache:
         except OSError:  # another process installed the same entry meanwhile: keep theirs
             pass
 
-    def _remove_stale_tmp(self, prefix: str) -> None:
-        now = time.time()
-        for path in self.folder.glob(f"{prefix}.*-*"):
-            try:
-                if now - path.stat().st_mtime > STALE_TMP_S:
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                pass
+    def _prune(self, key: PartitionKey) -> None:
+        """Remove what can never be read again, so a node keeps one entry per partition.
+
+        * entries of ``key``'s partition (:func:`hello_name`) under another fingerprint, and
+          entries of another layout :data:`FORMAT`;
+        * temporary and moved-aside folders, entries without a readable meta, and temporary
+          hello index files, once older than :data:`STALE_TMP_S` (a live writer's are newer).
+        """
+        now, partition = time.time(), hello_name(key)
+        for path in self.folder.iterdir():
+            if path.name == HELLO_DIR or path.name == key.digest() or not path.is_dir():
+                continue
+            other = _entry_key(path) if _is_entry_name(path.name) else None
+            if other is _OTHER_FORMAT or (isinstance(other, PartitionKey)
+                                          and hello_name(other) == partition):
+                shutil.rmtree(path, ignore_errors=True)
+            elif other is None and _older_than(path, now - STALE_TMP_S):
+                shutil.rmtree(path, ignore_errors=True)  # a dead writer's, or a broken entry
+        hello = self.folder / HELLO_DIR
+        for path in hello.glob("*.tmp") if hello.is_dir() else ():
+            if _older_than(path, now - STALE_TMP_S):
+                path.unlink(missing_ok=True)
+
+
+#: :func:`_entry_key` of an entry written with another :data:`FORMAT`.
+_OTHER_FORMAT = object()
+
+
+def _entry_key(entry: Path) -> PartitionKey | object | None:
+    """The key an entry's meta names, :data:`_OTHER_FORMAT`, or None (no readable meta)."""
+    try:
+        named = json.loads((entry / META).read_text())["key"]
+        if named[0] != FORMAT:
+            return _OTHER_FORMAT
+        return PartitionKey(**named[1])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _is_entry_name(name: str) -> bool:
+    """Whether ``name`` is an entry's (:meth:`PartitionKey.digest`), not a temporary folder's."""
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
+def _older_than(path: Path, moment: float) -> bool:
+    try:
+        return path.stat().st_mtime < moment
+    except OSError:
+        return False
+
+
+def _file_matches(path: Path, info: dict[str, Any]) -> bool:
+    """Whether a ``.npy`` file has the meta's size, and its header the meta's shape and dtype.
+
+    The size must also be the header's plus ``rows x row size``, so a count read from the
+    meta is the count of rows in the file.
+    """
+    try:
+        with path.open("rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                return False
+            header = f.tell()
+        size = path.stat().st_size
+    except (OSError, ValueError):
+        return False
+    if fortran or dtype.hasobject or list(shape) != info["shape"] or dtype.str != info["dtype"]:
+        return False
+    return size == info["bytes"] == header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 def hello_name(key: PartitionKey) -> str:

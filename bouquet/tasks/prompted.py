@@ -174,6 +174,9 @@ class RtSmolLM(TextClassificationTask):
     template: PromptTemplate = TEMPLATES["sentiment"]
     #: The tokenizer helper lives in the GSM task's module.
     fingerprint_modules = ("bouquet.tasks.gsm",)
+    #: The model folder: the override, else the converted checkpoint under ``$BOUQUET_CACHE``
+    #: (default ``$HOME/.cache/bouquet``).
+    data_environment = ("BOUQUET_RT_SMOLLM_MODEL", "BOUQUET_CACHE", "HOME")
 
     # --------------------------------------------------------------- model
     def model_source(self) -> str:

@@ -95,6 +95,7 @@ class TextClassificationTask(ClassificationTask):
     head_modules: tuple[str, ...] = ("classifier",)
     lora_targets: tuple[str, ...] = ("query", "value")
     data_packages = (*ClassificationTask.data_packages, "pandas", "transformers", "tokenizers")
+    data_environment: tuple[str, ...] = ("BOUQUET_RT_MODEL",)
 
     # --------------------------------------------------------------- model
     def model_source(self) -> str:

@@ -1,6 +1,7 @@
 """Keys of SCAFFOLD, SCALLION and SCAFCOM, and the control step alpha both sides derive from them.
 
-Standard library and :mod:`bouquet.schema` only (see :mod:`bouquet.strategies.sections`).
+Standard library, :mod:`bouquet.schema` and :mod:`bouquet.compression` (for the compressor
+names; it imports numpy), see :mod:`bouquet.strategies.sections`.
 """
 
 from __future__ import annotations

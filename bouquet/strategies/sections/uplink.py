@@ -1,6 +1,7 @@
 """The uplink-compressor keys shared by the compressed methods (FedAvg-compressed, Fed-EF, SCALLION, SCAFCOM).
 
-Standard library and :mod:`bouquet.schema` only (see :mod:`bouquet.strategies.sections`).
+Standard library, :mod:`bouquet.schema` and :mod:`bouquet.compression` (for the compressor
+names; it imports numpy), see :mod:`bouquet.strategies.sections`.
 """
 
 from __future__ import annotations
