@@ -236,8 +236,9 @@ def _f(v: Any) -> str:
 
 
 # ------------------------------------------------------------------------------ rt-smollm
-#: Two standard errors of an accuracy on the 400 held-out rows near 0.7 (a difference smaller
-#: than this between two arms, or from zero-shot, is called inconclusive).
+#: Two standard errors of one accuracy on the 400 held-out rows near 0.7 (a difference smaller
+#: than this between two arms, or from zero-shot, is called inconclusive; 2 SE of a difference of
+#: two unpaired accuracies would be sqrt(2) larger, the paired verdicts are the sharper test).
 MARGIN = 2 * (0.7 * 0.3 / 400) ** 0.5
 
 
@@ -483,7 +484,8 @@ def _prompt_section(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path
         best, last = max(p[3] for p in curves[r]), curves[r][-1][3]
         gain = last - z["accuracy"]
         measured = (f"zero-shot {z['accuracy']:.4f}, last {last:.4f}, best {best:.4f}, "
-                    f"{curves[r][-1][0]} rounds; margin {MARGIN:.3f} = 2 standard errors")
+                    f"{curves[r][-1][0]} rounds; margin {MARGIN:.3f} = 2 SE of one accuracy "
+                    "near 0.7 on 400 rows")
         claim = f"{r.removeprefix('prompt-')} improves over zero-shot on rt-smollm (last round)"
         if abs(gain) < MARGIN:
             checks.append(Check(claim, INCONCLUSIVE, measured))
