@@ -47,6 +47,25 @@ def _wait_lines(path: Path, n: int, runner: threading.Thread, timeout: float = 6
     raise AssertionError(f"{path} did not reach {n} line(s)")
 
 
+def _wait_checkpoint(run_dir: Path, round_: int, runner: threading.Thread,
+                     timeout: float = 600) -> None:
+    """Wait until the run's checkpoint of ``round_`` is on disk.
+
+    A round's metrics line is written before its checkpoint (a resume drops lines past the
+    checkpoint), so a fault timed on the line alone can land before any checkpoint exists.
+    """
+    meta = run_dir / "checkpoint" / "meta.json"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and runner.is_alive():
+        try:
+            if int(json.loads(meta.read_text())["round"]) >= round_:
+                return
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet (each write is atomic, so a partial file is never read)
+        time.sleep(0.2)
+    raise AssertionError(f"{meta} did not reach round {round_}")
+
+
 @pytest.mark.skipif(METHOD not in methods(), reason=f"{METHOD} is not registered")
 def test_fleet_survives_node_death_restart_and_an_intruder(tmp_path: Path) -> None:
     m = get_method(METHOD)
@@ -118,7 +137,7 @@ def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
 
         runner = threading.Thread(target=go)
         runner.start()
-        _wait_lines(run_dir / "metrics.jsonl", 1, runner)
+        _wait_checkpoint(run_dir, 1, runner)  # round 1 is saved: the restart hits round 2
         fleet.restart_superlink()
         runner.join(300)
         end = time.monotonic() + 180
