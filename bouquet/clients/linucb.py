@@ -308,7 +308,7 @@ def train(msg: Message, context: Context, source: RewardSource, *, context_dim: 
 
 
 class FedLinUCBClient(ClientProcedure):
-    """Silo procedure; ``variant`` picks the privacy protocol (see the strategy module)."""
+    """Silo procedure; ``variant`` picks the privacy protocol (see :data:`VARIANTS`)."""
 
     variant = "none"
 
