@@ -135,16 +135,16 @@ def test_the_wire_layer_imports_only_compression_and_schema() -> None:
 #: ``bouquet.strategies.sections`` (any name: they are dataclasses of keys, and SCAFFOLD's
 #: control step derived from them), and (b) numpy math the node must compute exactly as the
 #: server does (one definition, not a twin): LinUCB's protocol derivation (it needs the privacy
-#: calibration of bouquet.privacy, which the wire layer may not import), the LoRA layout and
-#: merge, and the checkpoint format both sides persist their state in.
+#: calibration of bouquet.privacy, which the wire layer may not import; its own module, never
+#: the strategy's), the LoRA layout and merge, and the checkpoint format both sides persist
+#: their state in.
 SECTIONS = "bouquet.strategies.sections"
 CLIENT_USES_OF_STRATEGIES = {
     "bouquet.strategies.lora": {"LoraConfig", "FedSBConfig", "Adapted", "adapted_modules",
                                 "head_names", "split_names", "lora_a_init", "merge", "lora_variant"},
-    "bouquet.strategies.linucb": {"LinUCBConfig", "DPLinUCBConfig", "Protocol", "make_protocol",
-                                  "announced_values", "confidence_radius", "env_section",
-                                  "VARIANTS", "variant_named",
-                                  "horizon_of"},
+    "bouquet.strategies.linucb_protocol": {"Protocol", "make_protocol", "announced_values",
+                                           "confidence_radius", "env_section", "VARIANTS",
+                                           "variant_named", "horizon_of"},
     "bouquet.strategies.checkpoint": {"META_FILE", "CheckpointError", "load_checkpoint",
                                       "atomic_write", "atomic_rewrite", "fsync_folder"},
 }
@@ -223,6 +223,8 @@ DATA_LIBRARIES = ("sklearn", "datasets", "flwr_datasets", "pandas", "scipy")
 #: What a message of a torch method may load from bouquet.strategies: the sections, and the
 #: checkpoint format node-state persistence shares with the server.
 MESSAGE_STRATEGY_MODULES = ("bouquet.strategies.sections", "bouquet.strategies.checkpoint")
+#: A bandit message also loads the LinUCB protocol derivation, never the strategy module.
+BANDIT_STRATEGY_MODULES = (*MESSAGE_STRATEGY_MODULES, "bouquet.strategies.linucb_protocol")
 
 
 def _message_probe(method: str, task: str, cache: Path, rows: bool) -> list[list[str]]:
@@ -234,16 +236,27 @@ def _message_probe(method: str, task: str, cache: Path, rows: bool) -> list[list
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("method", ["fedavg", "scafcom", "fedkseed"])
+#: Each probed method's task and the strategy modules its client may load.
+MESSAGE_PROBES = {"fedavg": ("digits-mlp", MESSAGE_STRATEGY_MODULES),
+                  "scafcom": ("digits-mlp", MESSAGE_STRATEGY_MODULES),
+                  "fedkseed": ("digits-mlp", MESSAGE_STRATEGY_MODULES),
+                  "fedlinucb": ("synth-bandit", BANDIT_STRATEGY_MODULES),
+                  "dp-fedlinucb-ldp": ("synth-bandit", BANDIT_STRATEGY_MODULES)}
+
+
+@pytest.mark.parametrize("method", sorted(MESSAGE_PROBES))
 def test_a_message_imports_only_what_its_method_needs(method: str, tmp_path: Path) -> None:
-    """Resolving a run config loads only the sections; a torch client no strategy module.
+    """Resolving a run config loads only the sections; a client no strategy module.
 
     The config dataclasses live in ``bouquet.strategies.sections`` (issue 17, target 3): before,
     a message's config resolution imported all the strategy modules for their config classes.
+    A LinUCB silo takes its protocol from ``bouquet.strategies.linucb_protocol``, not from the
+    server's ``bouquet.strategies.linucb`` (and, until a message calibrates noise, no scipy).
     """
-    resolved, loaded, libraries = _message_probe(method, "digits-mlp", tmp_path, rows=False)
+    task, allowed = MESSAGE_PROBES[method]
+    resolved, loaded, libraries = _message_probe(method, task, tmp_path, rows=False)
     assert all(m.startswith(MESSAGE_STRATEGY_MODULES) for m in resolved), resolved
-    assert all(m.startswith(MESSAGE_STRATEGY_MODULES) for m in loaded), loaded
+    assert all(m.startswith(allowed) for m in loaded), loaded
     assert libraries == []  # the task modules import their data libraries lazily
 
 
@@ -326,6 +339,23 @@ def test_every_old_config_import_path_still_works(module: str) -> None:
     new = importlib.import_module(f"bouquet.strategies.sections.{module}")
     for name in MOVED_CONFIGS[module]:
         assert getattr(old, name) is getattr(new, name)
+
+
+#: The LinUCB protocol names that moved into bouquet.strategies.linucb_protocol (issue 17).
+MOVED_PROTOCOL_NAMES = ("TAIL", "Calibration", "LinUCBVariant", "VARIANTS", "variant_named",
+                        "Protocol", "make_protocol", "confidence_radius", "env_section",
+                        "horizon_of", "announced_values")
+
+
+def test_every_old_linucb_protocol_import_still_works() -> None:
+    """``from bouquet.strategies.linucb import <name>`` names the protocol module's object.
+
+    The same object, so one definition: the strategy re-exports what its silos share.
+    """
+    from bouquet.strategies import linucb, linucb_protocol
+
+    for name in MOVED_PROTOCOL_NAMES:
+        assert getattr(linucb, name) is getattr(linucb_protocol, name), name
 
 
 NUMPY_FREE_CLAIM = "Standard library and :mod:`bouquet.schema` only"

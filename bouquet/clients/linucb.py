@@ -46,10 +46,8 @@ from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_
 from bouquet.clients.local_training import node_index, reply, section_from
 from bouquet.privacy import shuffle, tree
 from bouquet.privacy.dp_config import DP_SEED_KEY
-from bouquet.strategies.linucb import (
+from bouquet.strategies.linucb_protocol import (
     VARIANTS,
-    DPLinUCBConfig,
-    LinUCBConfig,
     Protocol,
     announced_values,
     confidence_radius,
@@ -58,6 +56,7 @@ from bouquet.strategies.linucb import (
     make_protocol,
     variant_named,
 )
+from bouquet.strategies.sections.linucb import DPLinUCBConfig, LinUCBConfig
 from bouquet.tasks.bandits import Block
 from bouquet.wire.arrays import to_numpy, to_record
 from bouquet.wire.linucb import CODES, GLOBAL_RECORD, GRAM, NODE_RECORD, REGRET_METRIC, VEC
@@ -309,7 +308,7 @@ def train(msg: Message, context: Context, source: RewardSource, *, context_dim: 
 
 
 class FedLinUCBClient(ClientProcedure):
-    """Silo procedure; ``variant`` picks the privacy protocol (see the strategy module)."""
+    """Silo procedure; ``variant`` picks the privacy protocol (see :data:`VARIANTS`)."""
 
     variant = "none"
 
