@@ -260,6 +260,68 @@ def test_a_message_imports_only_what_its_method_needs(method: str, tmp_path: Pat
     assert libraries == []  # the task modules import their data libraries lazily
 
 
+#: One real round-1 training message of a bandit method in a fresh process, as a SuperNode
+#: runs it: ``sys.argv[2]`` holds the instruction's content (Flower's protobuf serialisation),
+#: written by the test from the method's own strategy. Prints the strategy modules and the
+#: libraries the message loaded, and the reply's record names.
+_BANDIT_TRAIN_PROBE = r"""
+import json, sys, uuid
+from flwr.app import Context, Message, RecordDict
+from flwr.common.serde import recorddict_from_proto
+from flwr.proto.recorddict_pb2 import RecordDict as RecordDictProto
+from flwr.supercore.task_identity import TaskIdentity
+import bouquet.apps.client_app as ca
+run_config = json.loads(sys.argv[1])
+proto = RecordDictProto()
+proto.ParseFromString(open(sys.argv[2], "rb").read())
+TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 100, 1
+msg = Message(recorddict_from_proto(proto), dst_node_id=100, message_type="train")
+msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+ctx = Context(1, 100, {"partition-id": 0, "num-partitions": 2, "dp-seed": 7}, RecordDict(),
+              run_config)
+reply = ca.train(msg, ctx)
+print(json.dumps([sorted(m for m in sys.modules if m.startswith("bouquet.strategies.")),
+                  sorted({m.split(".")[0] for m in sys.modules} & {"scipy", "torch", "sklearn"}),
+                  [] if reply.has_error() else sorted(reply.content.keys())]))
+"""
+#: The bandit variants whose silo calibrates Gaussian noise with scipy (the tree mechanism and
+#: the amplified shuffle); VecSum's parameters need none.
+SCIPY_CALIBRATED = {"dp-fedlinucb-ldp", "dp-fedlinucb-sdp-amp"}
+
+
+@pytest.mark.parametrize("method", ["fedlinucb", "dp-fedlinucb-ldp", "dp-fedlinucb-sdp-amp",
+                                    "dp-fedlinucb-sdp-vecsum"])
+def test_a_bandit_training_message_loads_the_protocol_not_the_strategy(
+        method: str, tmp_path: Path) -> None:
+    """A silo's training message takes its protocol from ``linucb_protocol`` (issue 17, target 3).
+
+    The probe above stops at the procedure load; this one runs the message itself, so a module
+    outside ``bouquet/clients`` that pulled the server strategy in would be caught too.
+    """
+    from flwr.common.serde import recorddict_to_proto
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from bouquet.apps.config import resolve
+    from bouquet.apps.runner import build_strategy
+
+    keys = {"method": method, "task": "synth-bandit", "results-dir": str(tmp_path / "res"),
+            "run-name": "r", "seed": 2, "linucb.num-silos": 2, "linucb.horizon-rounds": 4,
+            "linucb.batch-steps": 5, "num-server-rounds": 4}
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    strategy = build_strategy(resolve(keys), None)
+    content = strategy.configure_round(1, [0])[0]
+    instruction = tmp_path / "instruction.pb"
+    instruction.write_bytes(recorddict_to_proto(content).SerializeToString())
+    proc = subprocess.run([sys.executable, "-c", _BANDIT_TRAIN_PROBE, json.dumps(keys),
+                           str(instruction)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded, libraries, reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert reply, "the silo answered with an error: the probe did not run a training step"
+    assert all(m.startswith(BANDIT_STRATEGY_MODULES) for m in loaded), loaded
+    assert libraries == (["scipy"] if method in SCIPY_CALIBRATED else [])
+
+
 def test_a_message_with_cached_rows_imports_no_data_library(tmp_path: Path) -> None:
     """With the node's partition on disk, a message maps its rows and loads no dataset code."""
     _, _, cold = _message_probe("fedavg", "digits-mlp", tmp_path, rows=True)

@@ -1,4 +1,4 @@
-"""What server and silo of (private) federated LinUCB both derive from the config (numpy only).
+"""What server and silo of (private) federated LinUCB both derive (no torch; scipy lazily).
 
 Zhou & Chowdhury, ICLR 2024 (arXiv:2302.13945). A silo must compute its noise, its shift
 ``lambda`` and its confidence radius exactly as the server does, from its own configuration, so
