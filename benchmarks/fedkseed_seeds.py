@@ -12,6 +12,9 @@ training's own randomness, so the claim is judged across run seeds. Two commands
     inside it), and the suite's report on it is printed: the accuracy verdict, the paired loss
     change against zero-shot and the exact sign test of the answers that changed. The zero-shot
     files of a sibling folder are copied in first, so the pretrained model is evaluated once.
+``report``
+    The suite's report over the ``prompt-*`` run folders found in ``--out`` (a folder written
+    by the suite or by ``run``), e.g. to judge runs made before the report's paired verdicts.
 ``summarize``
     Reads those folders back (metrics.jsonl, summary.json and the per-row results the report
     cached: ``<arm>/rows.npz`` and ``zero_shot_rows.npz``), prints one table row per seed and the
@@ -133,6 +136,16 @@ def run_seeds(arm: str, steps: int, seeds: Sequence[int], out: Path) -> None:
         print(f"[fedkseed_seeds] {arm} steps={steps} seed={seed} -> {folder}", flush=True)
         summary = json.loads(run_inprocess(run, folder).read_text())
         print(suite.report({run.name: summary}, folder), flush=True)
+
+
+def report_folder(out: Path) -> str:
+    """The suite's report over the ``prompt-*`` run folders in ``out`` (summary.json if any)."""
+    suite = load_suite("fedkseed")
+    out = out.resolve()
+    summaries = {d.name: (json.loads((d / "summary.json").read_text())
+                          if (d / "summary.json").is_file() else {})
+                 for d in sorted(out.iterdir()) if d.is_dir() and d.name.startswith("prompt-")}
+    return str(suite.report(summaries, out))
 
 
 def _rows(path: Path) -> tuple[list[float], list[float]]:
@@ -269,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the arm once per seed and print the suite's report")
     run_p.add_argument("--steps", type=int, default=40, help="fedkseed.local-steps")
+    rep = sub.add_parser("report", help="the suite's report over the run folders in --out")
+    rep.add_argument("--out", type=Path, required=True, help="the suite's output folder")
     summ = sub.add_parser("summarize", help="per-seed table and the t test across seeds")
     summ.add_argument("--prior", type=Path, help="JSON list of seeds measured before")
     summ.add_argument("--save", type=Path, help="write the seeds tested as a JSON list here")
@@ -281,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         run_seeds(args.arm, args.steps, args.seeds, args.out)
+        return 0
+    if args.command == "report":
+        print(report_folder(args.out))
         return 0
     found = sorted(int(p.name.rsplit("-s", 1)[1]) for p in args.out.glob(f"{args.arm}-s*")
                    if p.name.rsplit("-s", 1)[1].isdigit() and (p / args.arm / "rows.npz").is_file())
