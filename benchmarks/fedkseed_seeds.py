@@ -29,7 +29,7 @@ Run (one lock hold per seed)::
         python benchmarks/fedkseed_seeds.py run --arm prompt-fedkseed --steps 40 --seeds 3 \\
         --out /tmp/zo-seeds
     python benchmarks/fedkseed_seeds.py summarize --arm prompt-fedkseed --out /tmp/zo-seeds \\
-        --prior benchmarks/fedkseed_seeds_prior.json
+        --prior benchmarks/seed_results/prompt-fedkseed.json
 """
 
 from __future__ import annotations
@@ -312,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     chosen = [results[s] for s in wanted]
     if args.save:
-        args.save.write_text(json.dumps([dataclasses.asdict(r) for r in chosen], indent=1) + "\n")
+        rows = ",\n ".join(json.dumps(dataclasses.asdict(r)) for r in chosen)
+        args.save.write_text(f"[{rows}]\n")
     print("\n".join(summarize(chosen)))
     return 0
 
