@@ -2,7 +2,7 @@
 
 Issue 14 item 1 asks whether FedKSeed and FedKSeed-Pro improve over zero-shot on rt-smollm. One
 trained model's paired standard error counts only the noise of the 400 held-out rows, not the
-training's own randomness, so the claim is judged across run seeds. Two commands:
+training's own randomness, so the claim is judged across run seeds. Three commands:
 
 ``run``
     Runs the suite's arm (``--arm prompt-fedkseed`` or ``prompt-fedkseed-pro``, the quick
@@ -46,7 +46,7 @@ from typing import Any
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, run_inprocess
 from bouquet.apps.results import read_metrics
-from bouquet.apps.verdicts import paired_change
+from bouquet.apps.verdicts import paired_change, sign_counts, sign_test_p
 
 #: The rt-smollm arms this script runs.
 ARMS = ("prompt-fedkseed", "prompt-fedkseed-pro")
@@ -77,6 +77,9 @@ class SeedResult:
         The run's wall time.
     source : str
         Where the numbers come from (a folder, or a note for transcribed ones).
+    zero_shot : tuple[float, ...]
+        Zero-shot (accuracy, loss) on the held-out rows the changes are paired against; empty
+        where unknown. Seeds tested together must share it (:func:`summarize`).
 
     """
 
@@ -90,6 +93,7 @@ class SeedResult:
     loss: tuple[float, ...] = ()
     wall_s: float = float("nan")
     source: str = ""
+    zero_shot: tuple[float, ...] = ()
 
 
 def seed_run(suite: ModuleType, arm: str, steps: int, seed: int) -> BenchRun:
@@ -173,8 +177,7 @@ def read_seed(out: Path, arm: str, seed: int) -> SeedResult:
     (zero_loss, zero_correct), (loss, correct) = _rows(zero_path), _rows(final_path)
     dl = paired_change(zero_loss, loss)
     da = paired_change(zero_correct, correct)
-    right = sum(1 for b, a in zip(zero_correct, correct, strict=True) if a > b)
-    wrong = sum(1 for b, a in zip(zero_correct, correct, strict=True) if a < b)
+    right, wrong = sign_counts(zero_correct, correct)
     metrics = [m for m in read_metrics(folder / arm) if isinstance(m.get("accuracy"), int | float)]
     summary_path = folder / arm / "summary.json"
     wall = (lookup(json.loads(summary_path.read_text()), "time.wall_s")
@@ -182,7 +185,8 @@ def read_seed(out: Path, arm: str, seed: int) -> SeedResult:
     return SeedResult(seed, dl.mean, dl.se, da.mean, right, wrong,
                       tuple(float(m["accuracy"]) for m in metrics),
                       tuple(float(m["loss"]) for m in metrics if "loss" in m),
-                      float(wall) if isinstance(wall, int | float) else float("nan"), str(folder))
+                      float(wall) if isinstance(wall, int | float) else float("nan"), str(folder),
+                      (sum(zero_correct) / len(zero_correct), sum(zero_loss) / len(zero_loss)))
 
 
 def read_prior(path: Path) -> list[SeedResult]:
@@ -191,7 +195,7 @@ def read_prior(path: Path) -> list[SeedResult]:
     out = []
     for row in rows:
         row = {**row, "accuracy": tuple(row.get("accuracy", ())),
-               "loss": tuple(row.get("loss", ()))}
+               "loss": tuple(row.get("loss", ())), "zero_shot": tuple(row.get("zero_shot", ()))}
         out.append(SeedResult(**row))
     return out
 
@@ -247,10 +251,7 @@ def across_seeds(name: str, changes: Sequence[float]) -> AcrossSeeds:
 
 def table_row(r: SeedResult) -> str:
     """One markdown row: accuracy and loss by round, paired loss change, sign counts, wall s."""
-    from scipy.stats import binomtest
-
-    changed = r.right + r.wrong
-    p = float(binomtest(r.right, changed, 0.5).pvalue) if changed else 1.0
+    p = sign_test_p(r.right, r.wrong)
     wall = "—" if r.wall_s != r.wall_s else f"{r.wall_s:.0f}"
     return (f"| {r.seed} | {' '.join(f'{a:.4f}' for a in r.accuracy)} | "
             f"{' '.join(f'{v:.4f}' for v in r.loss)} | {r.loss_change:+.4f} +- "
@@ -259,7 +260,19 @@ def table_row(r: SeedResult) -> str:
 
 
 def summarize(results: Sequence[SeedResult]) -> list[str]:
-    """The per-seed table and the across-seed t tests of the loss and accuracy changes."""
+    """The per-seed table and the across-seed t tests of the loss and accuracy changes.
+
+    Raises
+    ------
+    ValueError
+        If two seeds were paired against different zero-shot figures (to 4 decimals, the
+        precision of transcribed seeds): their changes are not on the same rows or model.
+
+    """
+    baselines = {tuple(round(v, 4) for v in r.zero_shot) for r in results if r.zero_shot}
+    if len(baselines) > 1:
+        raise ValueError(f"the seeds were measured against different zero-shot figures: "
+                         f"{sorted(baselines)}")
     lines = ["| seed | accuracy by round | loss by round | paired loss change +- 2 SE | "
              "accuracy change | turned right / wrong (sign test p) | wall s |",
              "|---|---|---|---|---|---|---|"]
@@ -277,7 +290,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``run`` or ``summarize`` (see the module docstring)."""
+    """Command line: ``run``, ``report`` or ``summarize`` (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the arm once per seed and print the suite's report")
@@ -314,7 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.save:
         rows = ",\n ".join(json.dumps(dataclasses.asdict(r)) for r in chosen)
         args.save.write_text(f"[{rows}]\n")
-    print("\n".join(summarize(chosen)))
+    try:
+        print("\n".join(summarize(chosen)))
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     return 0
 
 

@@ -91,8 +91,16 @@ def test_summarize_reads_the_seed_folders_and_tests_them_with_the_prior_seeds(
     assert r.loss_change == pytest.approx(-0.02) and r.loss_se == pytest.approx(0.0, abs=1e-12)
     assert r.accuracy_change == pytest.approx(0.1)
     assert (r.accuracy, r.loss, r.wall_s) == ((0.51, 0.52), (0.59, 0.58), 12.5)
-    saved = tmp_path / "seeds.json"
+    assert r.zero_shot == (pytest.approx(0.5), pytest.approx(0.55))
+    # the recorded seeds were paired against the real zero-shot model, these synthetic ones not:
+    # testing them together is refused
     assert s.main(["summarize", "--out", str(tmp_path), "--prior", str(PRIOR),
+                   "--seeds", "1,2,3,4"]) == 1
+    assert "different zero-shot figures" in capsys.readouterr().err
+    prior = tmp_path / "prior.json"  # the recorded seeds with their baseline marked unknown
+    prior.write_text(json.dumps([{**row, "zero_shot": []} for row in json.loads(PRIOR.read_text())]))
+    saved = tmp_path / "seeds.json"
+    assert s.main(["summarize", "--out", str(tmp_path), "--prior", str(prior),
                    "--seeds", "1,2,3,4", "--save", str(saved)]) == 0
     text = capsys.readouterr().out
     assert "Across seeds 1, 2, 3, 4:" in text

@@ -121,6 +121,32 @@ def improvement_check(claim: str, change: PairedChange | None, *, lower_is_bette
     return Check(claim, INCONCLUSIVE, measured)
 
 
+def sign_counts(before: Sequence[float], after: Sequence[float]) -> tuple[int, int]:
+    """How many paired 0/1 rows turned from 0 to 1 (``gained``) and from 1 to 0 (``lost``).
+
+    Raises
+    ------
+    ValueError
+        If the two sequences differ in length, or a value is not 0 or 1.
+
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired rows differ in number: {len(before)} vs {len(after)}")
+    pairs = [(float(b), float(a)) for b, a in zip(before, after, strict=True)]
+    if any(v not in (0.0, 1.0) for pair in pairs for v in pair):
+        raise ValueError("a sign test needs 0/1 rows")
+    return sum(1 for b, a in pairs if a > b), sum(1 for b, a in pairs if a < b)
+
+
+def sign_test_p(gained: int, lost: int) -> float:
+    """Two-sided p value of the exact sign (McNemar) test: 1 when no row changed."""
+    if not gained + lost:
+        return 1.0
+    from scipy.stats import binomtest  # only a report needs scipy here
+
+    return float(binomtest(gained, gained + lost, 0.5).pvalue)
+
+
 def sign_test_check(claim: str, before: Sequence[float], after: Sequence[float], *,
                     z: float = 2.0, name: str = "accuracy") -> Check:
     """Exact two-sided sign (McNemar) test of a per-row 0/1 metric, e.g. correctness.
@@ -143,19 +169,14 @@ def sign_test_check(claim: str, before: Sequence[float], after: Sequence[float],
         raise ValueError(f"paired rows differ in number: {len(before)} vs {len(after)}")
     if len(before) < 2:
         return Check(claim, NOT_MEASURED, f"{len(before)} row(s)")
-    pairs = [(float(b), float(a)) for b, a in zip(before, after, strict=True)]
-    if any(v not in (0.0, 1.0) for pair in pairs for v in pair):
-        raise ValueError(f"{name}: a sign test needs 0/1 rows")
-    gained = sum(1 for b, a in pairs if a > b)
-    lost = sum(1 for b, a in pairs if a < b)
+    try:
+        gained, lost = sign_counts(before, after)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from exc
     level = math.erfc(z / math.sqrt(2.0))
-    p_value = 1.0
-    if gained + lost:
-        from scipy.stats import binomtest  # only a report needs scipy here
-
-        p_value = float(binomtest(gained, gained + lost, 0.5).pvalue)
-    measured = (f"{name} change {(gained - lost) / len(pairs):+.4f}: {gained} rows turned right, "
-                f"{lost} wrong, of {len(pairs)}; exact sign test p = {p_value:.3g} "
+    p_value = sign_test_p(gained, lost)
+    measured = (f"{name} change {(gained - lost) / len(before):+.4f}: {gained} rows turned right, "
+                f"{lost} wrong, of {len(before)}; exact sign test p = {p_value:.3g} "
                 f"(level {level:.4f}, as {z:g} SE)")
     if p_value < level:
         return Check(claim, HOLDS if gained > lost else FAILS, measured)
