@@ -264,9 +264,10 @@ def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
     """The issue's DP checks from :func:`train`'s JSON lines (rt-smollm, final accuracies).
 
     * "<A> degrades less than FedIT under DP (eps E)": drop = non-private minus private
-      accuracy on the same schedule; inconclusive within two standard errors of a difference of
-      drops (four accuracies on the same rows counted as independent, sqrt(4 p (1-p) / rows)
-      per seed, p the zero-shot rate).
+      accuracy on the same schedule and seed, averaged over the seeds at which all four arms
+      ran (a seed with half a pair is left out, so no drop mixes seeds); inconclusive within
+      two standard errors of a difference of drops (four accuracies on the same rows counted as
+      independent, sqrt(4 p (1-p) / (rows seeds)), p the zero-shot rate).
     * "<arm> learns under DP (eps E)": above zero-shot by more than two standard errors of a
       difference of two accuracies; does not hold below it by as much; inconclusive between
       (the private arm is then not measurably below zero-shot).
@@ -275,11 +276,15 @@ def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
 
     from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Check
 
-    acc: dict[tuple[str, float], list[float]] = {}
+    acc: dict[tuple[str, float], dict[int, float]] = {}
     rows = 400
     for r in results:
         if "accuracy" in r and r.get("task") == "rt-smollm":
-            acc.setdefault((r["method"], float(r["eps"])), []).append(float(r["accuracy"][-1]))
+            runs = acc.setdefault((r["method"], float(r["eps"])), {})
+            seed = int(r.get("seed", 0))
+            if seed in runs:
+                raise ValueError(f"two runs of {r['method']} at eps {r['eps']}, seed {seed}")
+            runs[seed] = float(r["accuracy"][-1])
             rows = int(r["eval_rows"])
     p = ZERO_SHOT
     checks: list[Any] = []
@@ -294,20 +299,31 @@ def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
             if any(k not in acc for k in need):
                 checks.append(Check(claim, NOT_MEASURED, "an arm was not run"))
                 continue
-            seeds = min(len(acc[k]) for k in need)
-            drop = {m: mean(acc[(m, 0.0)]) - mean(acc[(m, eps)]) for m in (arm, "fedit")}
-            diff = drop["fedit"] - drop[arm]
-            se = math.sqrt(4 * p * (1 - p) / (rows * seeds))
+            seeds = sorted(set.intersection(*(set(acc[k]) for k in need)))
+            if not seeds:
+                checks.append(Check(claim, NOT_MEASURED, "no seed with all four arms"))
+                continue
+            drops = {m: [acc[(m, 0.0)][s] - acc[(m, eps)][s] for s in seeds]
+                     for m in (arm, "fedit")}
+            diffs = [f - a for f, a in zip(drops["fedit"], drops[arm], strict=True)]
+            drop = {m: mean(ds) for m, ds in drops.items()}
+            diff = mean(diffs)
+            se = math.sqrt(4 * p * (1 - p) / (rows * len(seeds)))
             verdict = INCONCLUSIVE if abs(diff) < 2 * se else HOLDS if diff > 0 else FAILS
+            per_seed = ""
+            if len(seeds) > 1:
+                per_seed = "; per seed " + ", ".join(
+                    f"{s}: {d:+.4f}" for s, d in zip(seeds, diffs, strict=True))
             checks.append(Check(claim, verdict, (
                 f"drop {NAMES[arm]} {drop[arm]:+.4f} vs FedIT {drop['fedit']:+.4f}, difference "
-                f"{diff:+.4f}; 2 standard errors {2 * se:.3f}; {seeds} seed(s), {rows} rows")))
+                f"{diff:+.4f}{per_seed}; 2 standard errors {2 * se:.3f}; {len(seeds)} seed(s), "
+                f"{rows} rows")))
         for arm in NAMES:
             claim = f"{NAMES[arm]} learns under DP (rt-smollm, eps {eps:g}: above zero-shot)"
             if (arm, eps) not in acc:
                 checks.append(Check(claim, NOT_MEASURED, "not run"))
                 continue
-            xs = acc[(arm, eps)]
+            xs = list(acc[(arm, eps)].values())
             gain = mean(xs) - p
             se = math.sqrt(2 * p * (1 - p) / (rows * len(xs)))
             verdict = HOLDS if gain > 2 * se else FAILS if gain < -2 * se else INCONCLUSIVE

@@ -47,3 +47,32 @@ def test_close_drops_are_inconclusive_and_a_missing_arm_not_measured() -> None:
     assert got["FFA-LoRA degrades less than FedIT under DP (rt-smollm, eps 3)"] == INCONCLUSIVE
     assert got["Fed-SB degrades less than FedIT under DP (rt-smollm, eps 3)"] == NOT_MEASURED
     assert got["Fed-SB learns under DP (rt-smollm, eps 3: above zero-shot)"] == HOLDS
+
+
+def test_drops_pair_arms_by_seed_and_skip_a_seed_with_half_a_pair() -> None:
+    def at(seed: int, method: str, eps: float, acc: float) -> dict[str, Any]:
+        return {**line(method, eps, acc), "seed": seed}
+
+    # Seed 0: FFA-LoRA's drop 0.02 below FedIT's. Seed 1 has FFA-LoRA's private arm only;
+    # pooling every run per arm would make the drops 0.12 and 0.01, a difference that "holds".
+    results = [at(0, "fedit", 0, 0.88), at(0, "fedit", 3, 0.80),
+               at(0, "ffa-lora", 0, 0.86), at(0, "ffa-lora", 3, 0.80),
+               at(1, "fedit", 0, 0.86), at(1, "fedit", 3, 0.70),
+               at(1, "ffa-lora", 3, 0.90)]
+    checks = {c.claim: c for c in probe().rt_smollm_checks(results)}
+    drop = checks["FFA-LoRA degrades less than FedIT under DP (rt-smollm, eps 3)"]
+    assert drop.verdict == INCONCLUSIVE
+    assert "difference +0.0200" in drop.measured and "1 seed(s)" in drop.measured
+    learns = checks["FFA-LoRA learns under DP (rt-smollm, eps 3: above zero-shot)"]
+    assert "2 seed(s)" in learns.measured
+
+
+def test_two_complete_seeds_report_each_seeds_difference() -> None:
+    results = [{**line(m, e, a), "seed": s} for s, m, e, a in [
+        (0, "fedit", 0, 0.88), (0, "fedit", 3, 0.70), (0, "fed-sb", 0, 0.86),
+        (0, "fed-sb", 3, 0.84), (1, "fedit", 0, 0.86), (1, "fedit", 3, 0.76),
+        (1, "fed-sb", 0, 0.85), (1, "fed-sb", 3, 0.85)]]
+    check = {c.claim: c for c in probe().rt_smollm_checks(results)}[
+        "Fed-SB degrades less than FedIT under DP (rt-smollm, eps 3)"]
+    assert check.verdict == HOLDS  # mean difference (0.16 + 0.10) / 2 = 0.13 > 2 SE 0.055
+    assert "per seed 0: +0.1600, 1: +0.1000" in check.measured
