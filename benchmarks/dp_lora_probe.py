@@ -269,8 +269,10 @@ def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
       two standard errors of a difference of drops (four accuracies on the same rows counted as
       independent, sqrt(4 p (1-p) / (rows seeds)), p the zero-shot rate).
     * "<arm> learns under DP (eps E)": above zero-shot by more than two standard errors of a
-      difference of two accuracies; does not hold below it by as much; inconclusive between
-      (the private arm is then not measurably below zero-shot).
+      difference of two accuracies, sqrt(p (1-p) (1 + 1/seeds) / rows): the seed mean's
+      variance shrinks with the seeds, the zero-shot figure's (measured once) does not; does
+      not hold below it by as much; inconclusive between (the private arm is then not
+      measurably below zero-shot).
     """
     import math
 
@@ -325,7 +327,7 @@ def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
                 continue
             xs = list(acc[(arm, eps)].values())
             gain = mean(xs) - p
-            se = math.sqrt(2 * p * (1 - p) / (rows * len(xs)))
+            se = math.sqrt(p * (1 - p) * (1 + 1 / len(xs)) / rows)
             verdict = HOLDS if gain > 2 * se else FAILS if gain < -2 * se else INCONCLUSIVE
             note = "; not below zero-shot by 2 standard errors" if verdict == INCONCLUSIVE else ""
             checks.append(Check(claim, verdict, (

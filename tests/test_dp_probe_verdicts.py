@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 
 
@@ -76,3 +78,19 @@ def test_two_complete_seeds_report_each_seeds_difference() -> None:
         "Fed-SB degrades less than FedIT under DP (rt-smollm, eps 3)"]
     assert check.verdict == HOLDS  # mean difference (0.16 + 0.10) / 2 = 0.13 > 2 SE 0.055
     assert "per seed 0: +0.1600, 1: +0.1000" in check.measured
+
+
+def test_zero_shot_error_does_not_shrink_with_the_seeds() -> None:
+    # Three seeds at +0.0342 over zero-shot: the seed mean's error shrinks by sqrt(3), the
+    # once-measured zero-shot's does not (2 SE 0.045, not 0.032 as if it were re-measured).
+    results = [{**line("fedit", 3, a), "seed": s} for s, a in enumerate([0.84, 0.84, 0.8525])]
+    check = {c.claim: c for c in probe().rt_smollm_checks(results)}[
+        "FedIT learns under DP (rt-smollm, eps 3: above zero-shot)"]
+    assert check.verdict == INCONCLUSIVE
+    assert "2 standard errors 0.045" in check.measured
+
+
+def test_a_second_run_of_the_same_arm_and_seed_is_refused() -> None:
+    results = [{**line("fedit", 3, 0.84), "seed": 1}, {**line("fedit", 3, 0.85), "seed": 1}]
+    with pytest.raises(ValueError, match="two runs of fedit at eps 3"):
+        probe().rt_smollm_checks(results)
