@@ -260,6 +260,13 @@ ZERO_SHOT = 0.81
 NAMES = {"fedit": "FedIT", "ffa-lora": "FFA-LoRA", "fed-sb": "Fed-SB"}
 
 
+#: What must be the same in every run of a method that the verdicts compare (the private and
+#: non-private arms differ only in ``eps``; transcribed runs lack most keys and are not checked
+#: on those).
+SETTING_KEYS = ("lr", "clip", "rank", "steps", "rows", "batch", "frame", "eval_rows", "optimizer",
+                "head")
+
+
 def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
     """The issue's DP checks from :func:`train`'s JSON lines (rt-smollm, final accuracies).
 
@@ -279,11 +286,19 @@ def rt_smollm_checks(results: list[dict[str, Any]]) -> list[Any]:
     from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Check
 
     acc: dict[tuple[str, float], dict[int, float]] = {}
+    setting: dict[str, dict[str, Any]] = {}  # a method's training setting, as first seen
     rows = 400
     for r in results:
         if "accuracy" in r and r.get("task") == "rt-smollm":
+            if "seed" not in r:
+                raise ValueError(f"a run of {r['method']} at eps {r['eps']} names no seed")
+            known = setting.setdefault(r["method"], {})
+            for key in SETTING_KEYS:
+                if key in r and known.setdefault(key, r[key]) != r[key]:
+                    raise ValueError(f"{r['method']}: runs with different {key} "
+                                     f"({known[key]!r} and {r[key]!r}) cannot be compared")
             runs = acc.setdefault((r["method"], float(r["eps"])), {})
-            seed = int(r.get("seed", 0))
+            seed = int(r["seed"])
             if seed in runs:
                 raise ValueError(f"two runs of {r['method']} at eps {r['eps']}, seed {seed}")
             runs[seed] = float(r["accuracy"][-1])

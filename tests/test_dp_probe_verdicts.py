@@ -23,7 +23,7 @@ def probe() -> Any:
 
 
 def line(method: str, eps: float, acc: float) -> dict[str, Any]:
-    return {"task": "rt-smollm", "method": method, "eps": eps, "accuracy": [acc],
+    return {"task": "rt-smollm", "method": method, "eps": eps, "seed": 0, "accuracy": [acc],
             "eval_rows": 400}
 
 
@@ -94,3 +94,15 @@ def test_a_second_run_of_the_same_arm_and_seed_is_refused() -> None:
     results = [{**line("fedit", 3, 0.84), "seed": 1}, {**line("fedit", 3, 0.85), "seed": 1}]
     with pytest.raises(ValueError, match="two runs of fedit at eps 3"):
         probe().rt_smollm_checks(results)
+
+
+def test_runs_of_one_method_with_another_setting_or_no_seed_are_refused() -> None:
+    base = {**line("fedit", 0, 0.85), "lr": 0.005, "rank": 8}
+    other = {**line("fedit", 3, 0.84), "lr": 0.02, "rank": 8, "seed": 0}
+    with pytest.raises(ValueError, match="different lr"):
+        probe().rt_smollm_checks([base, other])
+    # a transcribed run that lacks the key is not compared on it
+    probe().rt_smollm_checks([base, {**line("fedit", 3, 0.84), "rank": 8}])
+    unseeded = {k: v for k, v in line("fedit", 3, 0.84).items() if k != "seed"}
+    with pytest.raises(ValueError, match="names no seed"):
+        probe().rt_smollm_checks([base, unseeded])
