@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -115,14 +116,54 @@ def test_natural_partition_groups_rows() -> None:
         assert len(set(groups[p].tolist())) == 2
 
 
+def test_a_checkpoint_writer_killed_between_its_two_files_leaves_the_previous_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new state file never replaces the one the current meta.json names (a kill between
+    the state's and the meta's rename used to leave a checksum mismatch: no resume at all)."""
+    import bouquet.strategies.checkpoint as ckpt
+
+    save_checkpoint(tmp_path, 1, {"w": np.zeros(3)})
+    real = ckpt.atomic_write
+
+    def killed_at_the_meta(path: Path, data: bytes, **kw: Any) -> None:
+        if path.name == ckpt.META_FILE:
+            raise KeyboardInterrupt("killed")
+        real(path, data, **kw)
+
+    monkeypatch.setattr(ckpt, "atomic_write", killed_at_the_meta)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(tmp_path, 2, {"w": np.ones(3)})
+    monkeypatch.setattr(ckpt, "atomic_write", real)
+    rnd, back, _ = load_checkpoint(tmp_path)
+    assert rnd == 1 and np.array_equal(back["w"], np.zeros(3))
+    save_checkpoint(tmp_path, 2, {"w": np.ones(3)})  # the next save removes the stray state
+    assert len(list(tmp_path.glob("state*.npz"))) == 1
+    assert load_checkpoint(tmp_path)[0] == 2
+
+
+def test_a_checkpoint_of_an_earlier_release_still_loads(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, 3, {"w": np.arange(4.0)})
+    (state_file,) = tmp_path.glob("state-*.npz")
+    state_file.rename(tmp_path / "state.npz")  # the layout before state files were named
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    del meta["state_file"]
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    assert np.array_equal(load_checkpoint(tmp_path)[1]["w"], np.arange(4.0))
+    meta["state_file"] = "../outside.npz"
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="unexpected state file"):
+        load_checkpoint(tmp_path)
+
+
 def test_checkpoint_detects_corruption(tmp_path: Path) -> None:
     state = {"w": {"a": np.arange(6.0).reshape(2, 3)}, "n": 3, "name": "x"}
     save_checkpoint(tmp_path, 4, state)
     rnd, back, _ = load_checkpoint(tmp_path)
     assert rnd == 4 and back["n"] == 3 and np.array_equal(back["w"]["a"], state["w"]["a"])
-    blob = (tmp_path / "state.npz").read_bytes()
-    (tmp_path / "state.npz").write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(CheckpointError, match="state.npz"):
+    (state_file,) = tmp_path.glob("state-*.npz")
+    blob = state_file.read_bytes()
+    state_file.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(CheckpointError, match=state_file.name):
         load_checkpoint(tmp_path)
     (tmp_path / "meta.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="meta.json"):

@@ -2,9 +2,13 @@
 
 Layout of a checkpoint folder::
 
-    state.npz     every array of the state, keyed by its path in the nested dict
-    meta.json     the JSON skeleton (arrays replaced by references), the round, and the
-                  SHA-256 of state.npz; written last, so a checkpoint without it is incomplete
+    state-<h>.npz every array of the state, keyed by its path in the nested dict; ``<h>`` is
+                  the start of its SHA-256, so a new state never overwrites the one in use
+    meta.json     the JSON skeleton (arrays replaced by references), the round, the state
+                  file's name and SHA-256; written last, and the previous state file is
+                  removed only after it, so a writer killed at any point leaves the previous
+                  checkpoint or the new one whole (checkpoints of earlier releases name no
+                  state file and are read from ``state.npz``)
 
 Loading verifies the checksum and every reference: a corrupt or truncated file raises
 :class:`CheckpointError` naming the file; nothing is ever half-loaded.
@@ -24,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -33,7 +38,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-STATE_FILE = "state.npz"
+STATE_FILE = "state.npz"  # the state file of checkpoints that name none (earlier releases)
+#: A state file's name as meta.json may give it (nothing else is opened).
+_STATE_NAME = re.compile(r"state(-[0-9a-f]{16})?\.npz")
 META_FILE = "meta.json"
 _REF = "__array__"
 
@@ -170,23 +177,33 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     named = {k.lstrip("/").replace("/", "|"): v for k, v in arrays.items()}
     np.savez(buf, **named)  # type: ignore[arg-type]
     blob = buf.getvalue()
-    meta = {"round": round_, "sha256": hashlib.sha256(blob).hexdigest(), "state": skeleton,
+    digest = hashlib.sha256(blob).hexdigest()
+    state_name = f"state-{digest[:16]}.npz"
+    meta = {"round": round_, "sha256": digest, "state_file": state_name, "state": skeleton,
             "extra": dict(extra or {})}
-    atomic_write(folder / STATE_FILE, blob)
+    atomic_write(folder / state_name, blob)  # beside the state the current meta.json names
     atomic_write(folder / META_FILE, json.dumps(meta).encode())
+    for old in folder.glob("state*.npz"):  # only now is the previous state unreferenced
+        if old.name != state_name and _STATE_NAME.fullmatch(old.name):
+            old.unlink(missing_ok=True)
 
 
 def load_checkpoint(folder: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
     """Return ``(round, state, extra)`` from ``folder`` or raise :class:`CheckpointError`."""
-    meta_path, state_path = folder / META_FILE, folder / STATE_FILE
-    for p in (meta_path, state_path):
-        if not p.is_file():
-            raise CheckpointError(f"{p}: checkpoint file is missing")
+    meta_path = folder / META_FILE
+    if not meta_path.is_file():
+        raise CheckpointError(f"{meta_path}: checkpoint file is missing")
     try:
         meta = json.loads(meta_path.read_text())
         round_, digest, skeleton = int(meta["round"]), meta["sha256"], meta["state"]
+        state_name = str(meta.get("state_file", STATE_FILE))
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{meta_path}: unreadable checkpoint metadata ({exc})") from exc
+    if not _STATE_NAME.fullmatch(state_name):
+        raise CheckpointError(f"{meta_path}: names an unexpected state file {state_name!r}")
+    state_path = folder / state_name
+    if not state_path.is_file():
+        raise CheckpointError(f"{state_path}: checkpoint file is missing")
     blob = state_path.read_bytes()
     if hashlib.sha256(blob).hexdigest() != digest:
         raise CheckpointError(f"{state_path}: checksum mismatch (truncated or corrupt)")
