@@ -14,6 +14,12 @@ run loop and the real ClientApp. The default engine is the in-process grid (the 
 without Ray's start-up cost); ``--engine simulation`` sends every run through ``flwr run``.
 Results: ``DIR/<run>/summary.json`` (plus metrics.jsonl and plots), ``DIR/table.md``, and
 ``DIR/plots`` with every run's curves together.
+
+With ``--reuse`` (``run_suite(..., reuse=True)``) a suite can be run in parts into one folder: a
+run whose folder already holds all its rounds is read back instead of run again, one that holds
+fewer rounds (stopped midway, or given more rounds now) continues from its checkpoint, and a
+folder of another configuration is an error. The table, the report and the plots then cover
+every selected run, the reused ones included.
 """
 
 from __future__ import annotations
@@ -147,13 +153,59 @@ def table(summaries: Mapping[str, Mapping[str, Any]], columns: Sequence[str],
 RunFn = Callable[[BenchRun, Path], Path]
 
 
+def run_overrides(run: BenchRun, out: Path) -> dict[str, Any]:
+    """The run-config keys one configuration runs with (its folder is ``out/<name>``)."""
+    return {**run.config, "results-dir": str(out), "run-name": run.name}
+
+
+#: Keys a reused folder may hold other values of: where it ran (its length is checked apart).
+REUSE_MAY_DIFFER = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir",
+                              "preset"})
+
+
+def earlier_run(run: BenchRun, out: Path) -> str:
+    """What ``reuse`` does with the folder ``out/<run.name>``: ``run``, ``reuse`` or ``resume``.
+
+    ``run``: the folder holds no round. ``reuse``: its ``summary.json`` covers every round the
+    configuration asks for. ``resume``: it holds fewer rounds (a run stopped midway, or a
+    finished run given more rounds now); the run continues from its checkpoint.
+
+    Raises
+    ------
+    ValueError
+        When the folder holds a run of another configuration, or more rounds than asked for.
+
+    """
+    from bouquet.apps.config import full_run_config, resolve
+    from bouquet.apps.resume import config_differences
+    from bouquet.apps.runner import RUN_FILES
+
+    run_dir = out / run.name
+    if not any((run_dir / f).is_file() and (run_dir / f).stat().st_size for f in RUN_FILES):
+        return "run"
+    overrides = run_overrides(run, out)
+    cfg = resolve(full_run_config(overrides), list(overrides))
+    differ = config_differences(cfg, run_dir, REUSE_MAY_DIFFER)
+    if differ:
+        keys = ", ".join(f"{k}={now!r} (there: {before!r})" for k, (now, before) in differ.items())
+        raise ValueError(f"{run_dir} holds a run of another configuration: {keys}; "
+                         "remove it or use another output folder")
+    summary = run_dir / "summary.json"
+    done = int(json.loads(summary.read_text()).get("rounds", 0)) if summary.is_file() else 0
+    wanted = cfg.common.num_server_rounds
+    if done > wanted:
+        raise ValueError(f"{run_dir} holds {done} rounds, this configuration asks for {wanted}; "
+                         "remove it or use another output folder")
+    return "reuse" if done == wanted else "resume"
+
+
 def run_inprocess(run: BenchRun, out: Path) -> Path:
     """Run one configuration with the in-process grid; return its summary path."""
     from bouquet.apps.faults import FAULTS, apply_fault
     from bouquet.apps.local_grid import LocalGrid
     from bouquet.apps.runner import execute
 
-    cfg = {**run.config, "results-dir": str(out), "run-name": run.name}
+    cfg = run_overrides(run, out)
     grid = LocalGrid(run.clients, cfg)
     for pid, fault in run.faults.items():
         grid.corrupt[pid] = partial(apply_fault, FAULTS[fault])
@@ -161,8 +213,13 @@ def run_inprocess(run: BenchRun, out: Path) -> Path:
 
 
 def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
-              only: Sequence[str] = ()) -> Path:
-    """Run every configuration of a suite; write ``table.md``; return its path."""
+              only: Sequence[str] = (), reuse: bool = False) -> Path:
+    """Run every configuration of a suite; write ``table.md``; return its path.
+
+    ``only`` keeps the configurations whose name contains one of its strings; ``reuse`` reads
+    back the runs ``out`` already holds in full and continues the unfinished ones
+    (:func:`earlier_run`).
+    """
     suite = load_suite(name)
     runs: list[BenchRun] = suite.runs(quick)
     if only:
@@ -182,14 +239,25 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         runner = run_simulation_bench
     summaries: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
+    actions = {r.name: earlier_run(r, out) if reuse else "run" for r in runs}
     for i, run in enumerate(runs, 1):
-        print(f"[bench] {name} {i}/{len(runs)}: {run.name}", flush=True)
-        path = runner(run, out)
+        action = actions[run.name]
+        note = "" if action == "run" else f" ({action})"
+        print(f"[bench] {name} {i}/{len(runs)}: {run.name}{note}", flush=True)
+        if action == "reuse":
+            path = out / run.name / "summary.json"
+        elif action == "resume":
+            path = runner(dataclasses.replace(
+                run, config={**run.config, "resume-from": str(out / run.name)}), out)
+        else:
+            path = runner(run, out)
         summaries[run.name] = json.loads(path.read_text())
     columns = list(getattr(suite, "COLUMNS", DEFAULT_COLUMNS))
     groups = {r.name: r.group_name for r in runs}
+    reused = sum(a == "reuse" for a in actions.values())
+    count = f"{len(runs)} runs ({reused} read back)" if reused else f"{len(runs)} runs"
     text = [f"# Benchmark `{name}`{' (quick)' if quick else ''}", "",
-            f"{len(runs)} runs, engine {engine}, {time.monotonic() - t0:.0f} s in all.", "",
+            f"{count}, engine {engine}, {time.monotonic() - t0:.0f} s in all.", "",
             table(summaries, columns, groups), ""]
     if hasattr(suite, "report"):
         text += [suite.report(summaries, out), ""]
