@@ -10,9 +10,11 @@ import pytest
 
 from bouquet.apps import bench
 from bouquet.apps.bench import BenchRun, earlier_run, run_suite
+from bouquet.apps.recorder import CHECKPOINT_DIR
 from bouquet.apps.results import read_metrics
+from bouquet.strategies.checkpoint import CheckpointError
 
-#: A two-run suite on the test task; rounds and lr come from the environment.
+#: A two-run suite on the test task; rounds, lr and node count come from the environment.
 SUITE = '''
 import os
 from bouquet.apps.bench import BenchRun
@@ -21,7 +23,9 @@ def runs(quick):
     base = {"method": "scafcom", "task": "digits-mlp", "local-steps": 2, "fraction-train": 0.5,
             "num-server-rounds": int(os.environ.get("TINY_ROUNDS", "2")),
             "lr": float(os.environ.get("TINY_LR", "0.05"))}
-    return [BenchRun(name=f"tiny-s{s}", config={**base, "seed": s}, clients=4) for s in (0, 1)]
+    clients = int(os.environ.get("TINY_CLIENTS", "4"))
+    return [BenchRun(name=f"tiny-s{s}", config={**base, "seed": s}, clients=clients)
+            for s in (0, 1)]
 '''
 
 
@@ -109,3 +113,30 @@ def test_a_folder_of_another_configuration_is_an_error(suite: Path,
     with pytest.raises(ValueError, match="holds 2 rounds, this configuration asks for 1"):
         earlier_run(run, out)
     assert earlier_run(bench.load_suite("tiny").runs(True)[1], out) == "run"
+
+
+def test_a_folder_of_another_node_count_is_an_error(suite: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node count is not in config.yaml: bench.json keeps it (and the faults)."""
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s0"])
+    monkeypatch.setenv("TINY_CLIENTS", "8")
+    with pytest.raises(ValueError, match=r"another configuration: clients=8 \(there: 4\)"):
+        run_suite("tiny", out, quick=True, reuse=True)
+
+
+def test_a_run_that_cannot_continue_stops_the_plan_before_any_run(
+        suite: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed in round 1 after its metrics line, before its first checkpoint."""
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s1"])
+    run_dir = out / "tiny-s1"
+    (run_dir / "summary.json").unlink()
+    for f in (run_dir / CHECKPOINT_DIR).iterdir():
+        f.unlink()
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+    calls = counting_runner(monkeypatch)
+    with pytest.raises(CheckpointError, match="missing"):
+        run_suite("tiny", out, quick=True, reuse=True)
+    assert calls == []  # tiny-s0 (planned first) did not start either

@@ -18,7 +18,9 @@ Results: ``DIR/<run>/summary.json`` (plus metrics.jsonl and plots), ``DIR/table.
 With ``--reuse`` (``run_suite(..., reuse=True)``) a suite can be run in parts into one folder: a
 run whose folder already holds all its rounds is read back instead of run again, one that holds
 fewer rounds (stopped midway, or given more rounds now) continues from its checkpoint, and a
-folder of another configuration is an error. The table, the report and the plots then cover
+folder of another configuration is an error (``config.yaml``, and the node count and faults that
+``bench.json`` keeps beside it). A run that cannot continue (no readable checkpoint) stops the
+call before any run starts. The table, the report and the plots then cover
 every selected run, the reused ones included.
 """
 
@@ -158,6 +160,41 @@ def run_overrides(run: BenchRun, out: Path) -> dict[str, Any]:
     return {**run.config, "results-dir": str(out), "run-name": run.name}
 
 
+#: What a run folder's ``bench.json`` records of its configuration beyond ``config.yaml``.
+BENCH_FILE = "bench.json"
+
+
+def run_setup(run: BenchRun) -> dict[str, Any]:
+    """The settings of ``run`` that ``config.yaml`` does not hold: node count and faults."""
+    return {"clients": run.clients,
+            "faults": {str(pid): fault for pid, fault in sorted(run.faults.items())}}
+
+
+def setup_differences(run: BenchRun, run_dir: Path) -> dict[str, tuple[Any, Any]]:
+    """Key -> (this run's value, the folder's) where ``bench.json`` differs (none if absent)."""
+    path = run_dir / BENCH_FILE
+    if not path.is_file():  # a folder written before bench.json existed
+        return {}
+    before = json.loads(path.read_text())
+    return {k: (now, before.get(k)) for k, now in run_setup(run).items() if before.get(k) != now}
+
+
+def record_setup(run: BenchRun, out: Path, *, resumed: bool) -> None:
+    """Write ``out/<run.name>/bench.json`` before the run starts or continues.
+
+    A continued folder keeps the file :func:`earlier_run` matched; a new run's folder that
+    holds rounds already is left alone (the runner refuses it).
+    """
+    from bouquet.apps.runner import used_run_files
+    from bouquet.strategies.checkpoint import atomic_write
+
+    run_dir = out / run.name
+    keep = (run_dir / BENCH_FILE).is_file() if resumed else bool(used_run_files(run_dir))
+    if keep:
+        return
+    atomic_write(run_dir / BENCH_FILE, json.dumps(run_setup(run)).encode())
+
+
 #: Keys a reused folder may hold other values of: where it ran (its length is checked apart).
 REUSE_MAY_DIFFER = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir",
                               "preset"})
@@ -173,19 +210,26 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     Raises
     ------
     ValueError
-        When the folder holds a run of another configuration, or more rounds than asked for.
+        When the folder holds a run of another configuration (``config.yaml``, or the node
+        count and faults of ``bench.json``), or more rounds than asked for.
+    CheckpointError
+        When a run to continue has no readable checkpoint (killed before its first one was
+        written, or between the two files of one): before any run of the suite starts.
 
     """
     from bouquet.apps.config import full_run_config, resolve
+    from bouquet.apps.recorder import CHECKPOINT_DIR
     from bouquet.apps.resume import config_differences
-    from bouquet.apps.runner import RUN_FILES
+    from bouquet.apps.runner import used_run_files
+    from bouquet.strategies.checkpoint import load_checkpoint
 
     run_dir = out / run.name
-    if not any((run_dir / f).is_file() and (run_dir / f).stat().st_size for f in RUN_FILES):
+    if not used_run_files(run_dir):
         return "run"
     overrides = run_overrides(run, out)
     cfg = resolve(full_run_config(overrides), list(overrides))
-    differ = config_differences(cfg, run_dir, REUSE_MAY_DIFFER)
+    differ = {**config_differences(cfg, run_dir, REUSE_MAY_DIFFER),
+              **setup_differences(run, run_dir)}
     if differ:
         keys = ", ".join(f"{k}={now!r} (there: {before!r})" for k, (now, before) in differ.items())
         raise ValueError(f"{run_dir} holds a run of another configuration: {keys}; "
@@ -196,7 +240,10 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     if done > wanted:
         raise ValueError(f"{run_dir} holds {done} rounds, this configuration asks for {wanted}; "
                          "remove it or use another output folder")
-    return "reuse" if done == wanted else "resume"
+    if done == wanted:
+        return "reuse"
+    load_checkpoint(run_dir / CHECKPOINT_DIR)  # a run that cannot continue stops the plan here
+    return "resume"
 
 
 def run_inprocess(run: BenchRun, out: Path) -> Path:
@@ -244,6 +291,8 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         action = actions[run.name]
         note = "" if action == "run" else f" ({action})"
         print(f"[bench] {name} {i}/{len(runs)}: {run.name}{note}", flush=True)
+        if action != "reuse":
+            record_setup(run, out, resumed=action == "resume")
         if action == "reuse":
             path = out / run.name / "summary.json"
         elif action == "resume":
