@@ -14,6 +14,14 @@ run loop and the real ClientApp. The default engine is the in-process grid (the 
 without Ray's start-up cost); ``--engine simulation`` sends every run through ``flwr run``.
 Results: ``DIR/<run>/summary.json`` (plus metrics.jsonl and plots), ``DIR/table.md``, and
 ``DIR/plots`` with every run's curves together.
+
+With ``--reuse`` (``run_suite(..., reuse=True)``) a suite can be run in parts into one folder: a
+run whose folder already holds all its rounds is read back instead of run again, one that holds
+fewer rounds (stopped midway, or given more rounds now) continues from its checkpoint, and a
+folder of another configuration is an error (``config.yaml``, and the node count and faults that
+``bench.json`` keeps beside it). A run that cannot continue (no readable checkpoint) stops the
+call before any run starts. The table, the report and the plots then cover
+every selected run, the reused ones included.
 """
 
 from __future__ import annotations
@@ -147,13 +155,104 @@ def table(summaries: Mapping[str, Mapping[str, Any]], columns: Sequence[str],
 RunFn = Callable[[BenchRun, Path], Path]
 
 
+def run_overrides(run: BenchRun, out: Path) -> dict[str, Any]:
+    """The run-config keys one configuration runs with (its folder is ``out/<name>``)."""
+    return {**run.config, "results-dir": str(out), "run-name": run.name}
+
+
+#: What a run folder's ``bench.json`` records of its configuration beyond ``config.yaml``.
+BENCH_FILE = "bench.json"
+
+
+def run_setup(run: BenchRun) -> dict[str, Any]:
+    """The settings of ``run`` that ``config.yaml`` does not hold: node count and faults."""
+    return {"clients": run.clients,
+            "faults": {str(pid): fault for pid, fault in sorted(run.faults.items())}}
+
+
+def setup_differences(run: BenchRun, run_dir: Path) -> dict[str, tuple[Any, Any]]:
+    """Key -> (this run's value, the folder's) where ``bench.json`` differs (none if absent)."""
+    path = run_dir / BENCH_FILE
+    if not path.is_file():  # a folder written before bench.json existed
+        return {}
+    before = json.loads(path.read_text())
+    return {k: (now, before.get(k)) for k, now in run_setup(run).items() if before.get(k) != now}
+
+
+def record_setup(run: BenchRun, out: Path, *, resumed: bool) -> None:
+    """Write ``out/<run.name>/bench.json`` before the run starts or continues.
+
+    A continued folder keeps the file :func:`earlier_run` matched; a new run's folder that
+    holds rounds already is left alone (the runner refuses it).
+    """
+    from bouquet.apps.runner import used_run_files
+    from bouquet.strategies.checkpoint import atomic_write
+
+    run_dir = out / run.name
+    keep = (run_dir / BENCH_FILE).is_file() if resumed else bool(used_run_files(run_dir))
+    if keep:
+        return
+    atomic_write(run_dir / BENCH_FILE, json.dumps(run_setup(run)).encode())
+
+
+#: Keys a reused folder may hold other values of: where it ran (its length is checked apart).
+REUSE_MAY_DIFFER = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir",
+                              "preset"})
+
+
+def earlier_run(run: BenchRun, out: Path) -> str:
+    """What ``reuse`` does with the folder ``out/<run.name>``: ``run``, ``reuse`` or ``resume``.
+
+    ``run``: the folder holds no round. ``reuse``: its ``summary.json`` covers every round the
+    configuration asks for. ``resume``: it holds fewer rounds (a run stopped midway, or a
+    finished run given more rounds now); the run continues from its checkpoint.
+
+    Raises
+    ------
+    ValueError
+        When the folder holds a run of another configuration (``config.yaml``, or the node
+        count and faults of ``bench.json``), or more rounds than asked for.
+    CheckpointError
+        When a run to continue has no readable checkpoint (killed before its first one was
+        written, or between the two files of one): before any run of the suite starts.
+
+    """
+    from bouquet.apps.config import full_run_config, resolve
+    from bouquet.apps.recorder import CHECKPOINT_DIR
+    from bouquet.apps.resume import config_differences
+    from bouquet.apps.runner import used_run_files
+    from bouquet.strategies.checkpoint import load_checkpoint
+
+    run_dir = out / run.name
+    if not used_run_files(run_dir):
+        return "run"
+    overrides = run_overrides(run, out)
+    cfg = resolve(full_run_config(overrides), list(overrides))
+    differ = {**config_differences(cfg, run_dir, REUSE_MAY_DIFFER),
+              **setup_differences(run, run_dir)}
+    if differ:
+        keys = ", ".join(f"{k}={now!r} (there: {before!r})" for k, (now, before) in differ.items())
+        raise ValueError(f"{run_dir} holds a run of another configuration: {keys}; "
+                         "remove it or use another output folder")
+    summary = run_dir / "summary.json"
+    done = int(json.loads(summary.read_text()).get("rounds", 0)) if summary.is_file() else 0
+    wanted = cfg.common.num_server_rounds
+    if done > wanted:
+        raise ValueError(f"{run_dir} holds {done} rounds, this configuration asks for {wanted}; "
+                         "remove it or use another output folder")
+    if done == wanted:
+        return "reuse"
+    load_checkpoint(run_dir / CHECKPOINT_DIR)  # a run that cannot continue stops the plan here
+    return "resume"
+
+
 def run_inprocess(run: BenchRun, out: Path) -> Path:
     """Run one configuration with the in-process grid; return its summary path."""
     from bouquet.apps.faults import FAULTS, apply_fault
     from bouquet.apps.local_grid import LocalGrid
     from bouquet.apps.runner import execute
 
-    cfg = {**run.config, "results-dir": str(out), "run-name": run.name}
+    cfg = run_overrides(run, out)
     grid = LocalGrid(run.clients, cfg)
     for pid, fault in run.faults.items():
         grid.corrupt[pid] = partial(apply_fault, FAULTS[fault])
@@ -161,8 +260,13 @@ def run_inprocess(run: BenchRun, out: Path) -> Path:
 
 
 def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
-              only: Sequence[str] = ()) -> Path:
-    """Run every configuration of a suite; write ``table.md``; return its path."""
+              only: Sequence[str] = (), reuse: bool = False) -> Path:
+    """Run every configuration of a suite; write ``table.md``; return its path.
+
+    ``only`` keeps the configurations whose name contains one of its strings; ``reuse`` reads
+    back the runs ``out`` already holds in full and continues the unfinished ones
+    (:func:`earlier_run`).
+    """
     suite = load_suite(name)
     runs: list[BenchRun] = suite.runs(quick)
     if only:
@@ -182,14 +286,27 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         runner = run_simulation_bench
     summaries: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
+    actions = {r.name: earlier_run(r, out) if reuse else "run" for r in runs}
     for i, run in enumerate(runs, 1):
-        print(f"[bench] {name} {i}/{len(runs)}: {run.name}", flush=True)
-        path = runner(run, out)
+        action = actions[run.name]
+        note = "" if action == "run" else f" ({action})"
+        print(f"[bench] {name} {i}/{len(runs)}: {run.name}{note}", flush=True)
+        if action != "reuse":
+            record_setup(run, out, resumed=action == "resume")
+        if action == "reuse":
+            path = out / run.name / "summary.json"
+        elif action == "resume":
+            path = runner(dataclasses.replace(
+                run, config={**run.config, "resume-from": str(out / run.name)}), out)
+        else:
+            path = runner(run, out)
         summaries[run.name] = json.loads(path.read_text())
     columns = list(getattr(suite, "COLUMNS", DEFAULT_COLUMNS))
     groups = {r.name: r.group_name for r in runs}
+    reused = sum(a == "reuse" for a in actions.values())
+    count = f"{len(runs)} runs ({reused} read back)" if reused else f"{len(runs)} runs"
     text = [f"# Benchmark `{name}`{' (quick)' if quick else ''}", "",
-            f"{len(runs)} runs, engine {engine}, {time.monotonic() - t0:.0f} s in all.", "",
+            f"{count}, engine {engine}, {time.monotonic() - t0:.0f} s in all.", "",
             table(summaries, columns, groups), ""]
     if hasattr(suite, "report"):
         text += [suite.report(summaries, out), ""]

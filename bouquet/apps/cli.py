@@ -173,7 +173,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from bouquet.apps.bench import run_suite
 
     path = run_suite(args.suite, Path(args.out), quick=args.quick, engine=args.engine,
-                     only=args.only or ())
+                     only=args.only or (), reuse=args.reuse)
     print(f"table: {path}")
     return 0
 
@@ -237,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", choices=("inprocess", "simulation"), default="inprocess")
     s.add_argument("--only", action="append", help="run only configurations whose name "
                    "contains this (repeatable)")
+    s.add_argument("--reuse", action="store_true", help="read back the runs the output folder "
+                   "holds in full, continue the unfinished ones (a suite run in parts)")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("doctor", help="check that a method's and task's packages, data and model "

@@ -13,7 +13,7 @@ run's identity (method, task, seed) and its headline metrics. A resume:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,34 @@ def checkpoint_identity(cfg: RunConfig) -> dict[str, Any]:
     return {"method": cfg.method.name, "task": cfg.task_name, "seed": cfg.common.seed}
 
 
+def config_differences(cfg: RunConfig, run_dir: Path,
+                       may_change: Collection[str] = MAY_CHANGE) -> dict[str, tuple[Any, Any]]:
+    """Key -> (this run's value, the saved value) for every key that differs, but ``may_change``.
+
+    A key missing on one side counts at its default; a folder written before ``config.yaml``
+    held the task counts as the method's default task.
+
+    Raises
+    ------
+    ConfigError
+        When ``run_dir`` has no readable ``config.yaml``.
+
+    """
+    saved = saved_config(run_dir)
+    specs = all_keys()
+    differ: dict[str, tuple[Any, Any]] = {}
+    for k in sorted(set(saved) | set(cfg.flat)):
+        if k in may_change:
+            continue
+        now = cfg.flat.get(k, specs[k].default if k in specs else None)
+        before = saved.get(k, specs[k].default if k in specs else None)
+        if k == "task" and before == "":  # folders written before config.yaml held the task
+            before = cfg.method.default_task
+        if now != before:
+            differ[k] = (now, before)
+    return differ
+
+
 def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> None:
     """Refuse to resume ``run_dir`` with a configuration that differs from the saved one.
 
@@ -100,21 +128,11 @@ def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> Non
                 f"resume-from: the checkpoint in {run_dir} is of {k}={extra[k]!r}, this run has "
                 f"{k}={ident[k]!r}; a checkpoint only continues the run that wrote it"
             )
-    saved = saved_config(run_dir)
-    specs = all_keys()
-    differ, names = [], []
-    for k in sorted(set(saved) | set(cfg.flat)):
-        if k in MAY_CHANGE:
-            continue
-        now = cfg.flat.get(k, specs[k].default if k in specs else None)
-        before = saved.get(k, specs[k].default if k in specs else None)
-        if k == "task" and before == "":  # folders written before config.yaml held the task
-            before = cfg.method.default_task
-        if now != before:
-            differ.append(f"{k}={now!r} (saved: {before!r})")
-            names.append(k)
-    if differ:
-        keep = {k: saved[k] for k in names if k in saved}
+    changed = config_differences(cfg, run_dir)
+    if changed:
+        saved = saved_config(run_dir)
+        differ = [f"{k}={now!r} (saved: {before!r})" for k, (now, before) in changed.items()]
+        keep = {k: saved[k] for k in changed if k in saved}
         raise ConfigError(
             f"resume-from: this run's configuration differs from the one {run_dir} was started "
             f"with: {', '.join(differ)}. `bouquet run --resume DIR` restores the saved "

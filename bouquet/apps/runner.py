@@ -59,13 +59,18 @@ def run_dir_for(cfg: RunConfig, run_id: int | None = None) -> Path:
 RUN_FILES = ("metrics.jsonl", f"{CHECKPOINT_DIR}/meta.json")
 
 
+def used_run_files(run_dir: Path) -> list[str]:
+    """The :data:`RUN_FILES` that ``run_dir`` holds non-empty (none: no round was recorded)."""
+    return [f for f in RUN_FILES if (run_dir / f).is_file() and (run_dir / f).stat().st_size]
+
+
 def refuse_reused_folder(run_dir: Path) -> None:
     """Raise :class:`ConfigError` when a new (not resumed) run would write into a used folder.
 
     Two runs in one folder would share ``metrics.jsonl`` and overwrite each other's checkpoint.
     A folder of a run that stopped before its first round holds no round and may be reused.
     """
-    used = [f for f in RUN_FILES if (run_dir / f).is_file() and (run_dir / f).stat().st_size]
+    used = used_run_files(run_dir)
     if used:
         raise ConfigError(
             f"run-name: {run_dir} already holds a run ({', '.join(used)}); choose another "

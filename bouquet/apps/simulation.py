@@ -116,5 +116,6 @@ def run_simulation(overrides: Mapping[str, Any], clients: int, *, stream: bool =
 
 def run_simulation_bench(run: Any, out: Path) -> Path:
     """Bench runner that sends one :class:`~bouquet.apps.bench.BenchRun` through ``flwr run``."""
-    cfg = {**run.config, "results-dir": str(out), "run-name": run.name}
-    return run_simulation(cfg, run.clients, stream=False)
+    from bouquet.apps.bench import run_overrides
+
+    return run_simulation(run_overrides(run, out), run.clients, stream=False)

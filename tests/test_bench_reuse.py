@@ -1,0 +1,142 @@
+"""``run_suite(..., reuse=True)``: a suite run in parts into one folder (benchmarks in holds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bouquet.apps import bench
+from bouquet.apps.bench import BenchRun, earlier_run, run_suite
+from bouquet.apps.recorder import CHECKPOINT_DIR
+from bouquet.apps.results import read_metrics
+from bouquet.strategies.checkpoint import CheckpointError
+
+#: A two-run suite on the test task; rounds, lr and node count come from the environment.
+SUITE = '''
+import os
+from bouquet.apps.bench import BenchRun
+
+def runs(quick):
+    base = {"method": "scafcom", "task": "digits-mlp", "local-steps": 2, "fraction-train": 0.5,
+            "num-server-rounds": int(os.environ.get("TINY_ROUNDS", "2")),
+            "lr": float(os.environ.get("TINY_LR", "0.05"))}
+    clients = int(os.environ.get("TINY_CLIENTS", "4"))
+    return [BenchRun(name=f"tiny-s{s}", config={**base, "seed": s}, clients=clients)
+            for s in (0, 1)]
+'''
+
+
+@pytest.fixture
+def suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder whose benchmarks/tiny.py is the suite above (found from the cwd)."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "tiny.py").write_text(SUITE)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def counting_runner(monkeypatch: pytest.MonkeyPatch) -> list[BenchRun]:
+    """Record every run the suite hands to the in-process runner (which still runs it)."""
+    calls: list[BenchRun] = []
+    real = bench.run_inprocess
+
+    def runner(run: BenchRun, out: Path) -> Path:
+        calls.append(run)
+        return real(run, out)
+
+    monkeypatch.setattr(bench, "run_inprocess", runner)
+    return calls
+
+
+def rows(run_dir: Path) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in read_metrics(run_dir)]
+
+
+def table_rows(path: Path) -> list[str]:
+    return [line for line in path.read_text().splitlines() if line.startswith("| tiny")]
+
+
+def test_finished_runs_are_read_back_not_run_again(suite: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s0"])
+    first = json.loads((out / "tiny-s0" / "summary.json").read_text())
+    calls = counting_runner(monkeypatch)
+    table = run_suite("tiny", out, quick=True, reuse=True)
+    assert [r.name for r in calls] == ["tiny-s1"]  # s0 was there in full
+    assert json.loads((out / "tiny-s0" / "summary.json").read_text()) == first
+    text = table.read_text()
+    assert "2 runs (1 read back)" in text
+    assert table_rows(table) and "| tiny | 2 |" in table_rows(table)[0]  # both seeds averaged
+    calls.clear()
+    again = run_suite("tiny", out, quick=True, reuse=True)
+    assert calls == [] and table_rows(again) == table_rows(table)
+
+
+def test_without_reuse_a_used_folder_is_refused(suite: Path) -> None:
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s0"])
+    with pytest.raises(ValueError, match="already holds a run"):
+        run_suite("tiny", out, quick=True, only=["tiny-s0"])
+
+
+def test_more_rounds_or_a_stopped_run_continue_from_the_checkpoint(
+        suite: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_suite("tiny", suite / "short", quick=True)
+    (suite / "short" / "tiny-s1" / "summary.json").unlink()  # as if killed after round 2
+    monkeypatch.setenv("TINY_ROUNDS", "3")
+    run_suite("tiny", suite / "long", quick=True)
+    calls = counting_runner(monkeypatch)
+    run_suite("tiny", suite / "short", quick=True, reuse=True)
+    assert [r.config.get("resume-from") for r in calls] == [
+        str(suite / "short" / f"tiny-s{s}") for s in (0, 1)]
+    for s in (0, 1):
+        assert len(rows(suite / "short" / f"tiny-s{s}")) == 3
+        assert rows(suite / "short" / f"tiny-s{s}") == rows(suite / "long" / f"tiny-s{s}")
+        summary = json.loads((suite / "short" / f"tiny-s{s}" / "summary.json").read_text())
+        assert summary["rounds"] == 3
+
+
+def test_a_folder_of_another_configuration_is_an_error(suite: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s0"])
+    monkeypatch.setenv("TINY_LR", "0.1")
+    with pytest.raises(ValueError, match=r"another configuration: lr=0\.1 \(there: 0\.05\)"):
+        run_suite("tiny", out, quick=True, reuse=True)
+    monkeypatch.delenv("TINY_LR")
+    monkeypatch.setenv("TINY_ROUNDS", "1")
+    run = bench.load_suite("tiny").runs(True)[0]
+    with pytest.raises(ValueError, match="holds 2 rounds, this configuration asks for 1"):
+        earlier_run(run, out)
+    assert earlier_run(bench.load_suite("tiny").runs(True)[1], out) == "run"
+
+
+def test_a_folder_of_another_node_count_is_an_error(suite: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node count is not in config.yaml: bench.json keeps it (and the faults)."""
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s0"])
+    monkeypatch.setenv("TINY_CLIENTS", "8")
+    with pytest.raises(ValueError, match=r"another configuration: clients=8 \(there: 4\)"):
+        run_suite("tiny", out, quick=True, reuse=True)
+
+
+def test_a_run_that_cannot_continue_stops_the_plan_before_any_run(
+        suite: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed in round 1 after its metrics line, before its first checkpoint."""
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s1"])
+    run_dir = out / "tiny-s1"
+    (run_dir / "summary.json").unlink()
+    for f in (run_dir / CHECKPOINT_DIR).iterdir():
+        f.unlink()
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+    calls = counting_runner(monkeypatch)
+    with pytest.raises(CheckpointError, match="missing"):
+        run_suite("tiny", out, quick=True, reuse=True)
+    assert calls == []  # tiny-s0 (planned first) did not start either
