@@ -214,7 +214,7 @@ def earlier_run(run: BenchRun, out: Path) -> str:
         count and faults of ``bench.json``), or more rounds than asked for.
     CheckpointError
         When a run to continue has no readable checkpoint (killed before its first one was
-        written, or between the two files of one): before any run of the suite starts.
+        written, or a damaged file): before any run of the suite starts.
 
     """
     from bouquet.apps.config import full_run_config, resolve
