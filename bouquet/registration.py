@@ -76,6 +76,32 @@ class Variant:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlannedRounds:
+    """The rounds a method's mechanism is planned for, as one run configuration sets them.
+
+    Attributes
+    ----------
+    key : str
+        The key that sets them: ``num-server-rounds``, or a method's own key that pins them
+        (``linucb.horizon-rounds``).
+    rounds : int
+        Their value in that configuration.
+    fixes : str
+        What of the mechanism they fix, e.g. ``"3 tree levels (node noise and shift)"``: two
+        configurations run the same mechanism exactly when their ``fixes`` are equal.
+    pinned_by : str
+        A key that, set when a run starts, fixes the plan whatever ``num-server-rounds`` (empty:
+        none); named in the refusal.
+
+    """
+
+    key: str
+    rounds: int
+    fixes: str
+    pinned_by: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Method:
     """A federated method: one declaration naming its strategy, client, config and variants.
 
@@ -108,6 +134,14 @@ class Method:
         Optional ``"module:callable"``; the callable takes a valid reply ``RecordDict`` and returns
         ``[(label, RecordDict), ...]`` of method-specific malformed replies (an index out of range,
         a matrix that is not symmetric...) that the strategy must reject.
+    planned_rounds : str
+        Optional ``"module:callable"`` for a method whose mechanism is planned for a number of
+        rounds (a privacy calibration, a tree's depth). The callable takes a run's sections
+        (prefix -> section instance) and its ``num-server-rounds`` and returns a
+        :class:`PlannedRounds`, or None where nothing in that configuration depends on them. A
+        resume or a ``bench --reuse`` that would change what they fix is refused
+        (:mod:`bouquet.apps.resume`); one that keeps it (an extension within the plan) is not.
+        Empty: the method may be extended freely.
     variants : tuple of Variant
         The method's options, each registered under its own name.
     variant_of : str
@@ -127,6 +161,7 @@ class Method:
     paper: str = ""
     test_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     bad_replies: str = ""
+    planned_rounds: str = ""
     variants: tuple[Variant, ...] = ()
     variant_of: str = ""
 
@@ -155,6 +190,15 @@ class Method:
     def load_client(self) -> Any:
         """Import and return the client procedure class."""
         return load_object(self.client)
+
+    def plan(self, sections: Mapping[str, Any], num_server_rounds: int) -> PlannedRounds | None:
+        """The :class:`PlannedRounds` of a configuration (None: its mechanism plans for none)."""
+        if not self.planned_rounds:
+            return None
+        plan = load_object(self.planned_rounds)(sections, num_server_rounds)
+        if plan is not None and not isinstance(plan, PlannedRounds):
+            raise TypeError(f"{self.planned_rounds} returned {plan!r}, not a PlannedRounds")
+        return plan
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,3 +140,42 @@ def test_a_run_that_cannot_continue_stops_the_plan_before_any_run(
     with pytest.raises(CheckpointError, match="missing"):
         run_suite("tiny", out, quick=True, reuse=True)
     assert calls == []  # tiny-s0 (planned first) did not start either
+
+
+#: A suite with a private arm whose noise follows its rounds (LDP LinUCB, horizon unpinned) and
+#: a non-private arm whose horizon is pinned.
+PLANNED_SUITE = '''
+import os
+from bouquet.apps.bench import BenchRun
+
+def runs(quick):
+    base = {"task": "synth-bandit", "linucb.batch-steps": 5, "linucb.num-silos": 4,
+            "synth-bandit.arms": 8, "synth-bandit.dim": 4, "fraction-train": 1.0,
+            "num-server-rounds": int(os.environ.get("TINY_ROUNDS", "2"))}
+    return [BenchRun(name="tiny-pinned", config={**base, "method": "fedlinucb",
+                                                 "linucb.horizon-rounds": 8}, clients=4),
+            BenchRun(name="tiny-ldp", config={**base, "method": "dp-fedlinucb-ldp"}, clients=4)]
+'''
+
+
+def test_a_private_arm_whose_noise_follows_its_rounds_is_not_extended(
+        suite: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More rounds for a DP arm calibrated for its rounds: refused before any run starts.
+
+    Before the fix the plan resumed the LDP arm with 4 rounds: its silos released round 3 with
+    another noise and round 4 failed. Within the same tree depth (2 -> 3 rounds) both continue.
+    """
+    (suite / "benchmarks" / "tinyplan.py").write_text(PLANNED_SUITE)
+    out = suite / "out"
+    run_suite("tinyplan", out, quick=True)
+    calls = counting_runner(monkeypatch)
+    monkeypatch.setenv("TINY_ROUNDS", "4")
+    with pytest.raises(ValueError, match=r"dp-fedlinucb-ldp plans its mechanism .* "
+                                         r"num-server-rounds=4 fixes 3 tree levels"):
+        run_suite("tinyplan", out, quick=True, reuse=True)
+    assert calls == []
+    assert earlier_run(bench.load_suite("tinyplan").runs(True)[0], out) == "resume"
+    monkeypatch.setenv("TINY_ROUNDS", "3")
+    run_suite("tinyplan", out, quick=True, reuse=True)
+    assert [r.name for r in calls] == ["tiny-pinned", "tiny-ldp"]
+    assert all(len(rows(out / n)) == 3 for n in ("tiny-pinned", "tiny-ldp"))

@@ -8,6 +8,7 @@ in-process grid. A new :class:`LocalGrid` is a new ``flwr run``: new run id, emp
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -249,6 +250,104 @@ def test_stop_after_a_resume_keeps_the_earlier_rounds_in_the_summary(tmp_path: P
     assert summary["stopped"]["after_round"] == 2 and summary["rounds"] == 2
     assert summary["final"] == done["final"] and summary["best"] == done["best"]
     assert "accuracy" in summary["final"]
+
+
+# --------------------------------------------------------------------------- planned rounds
+#: Methods whose mechanism is planned for ``num-server-rounds`` (their ``planned_rounds``
+#: declaration), with the keys that make it so, and what their nodes answer when a server
+#: resumed with more rounds anyway.
+PLANNED: dict[str, tuple[dict[str, Any], str]] = {
+    "ffa-lora": ({"dp.enabled": True, "dp.target-epsilon": 2.0, "num-server-rounds": 2},
+                 "calibrated for num-server-rounds=2"),
+    "dp-fedlinucb-ldp": ({"linucb.horizon-rounds": 0, "num-server-rounds": 2},
+                         "released for horizon-rounds=2 \\(2 tree levels"),
+}
+
+
+@pytest.mark.parametrize("name", [m for m in PLANNED if m in methods()])
+def test_a_resume_that_would_recalibrate_the_noise_is_refused_by_server_and_nodes(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extending a finished run whose noise is calibrated for its rounds: refused, naming the key.
+
+    Before the fix the server resumed: FFA-LoRA's nodes recalibrated sigma for 4 rounds and
+    every node's budget check then refused rounds 3 and 4 (the target was spent by round 2);
+    the LDP silos released round 3 with the 3-level noise (sigma 2.66 instead of 2.17), the
+    reported epsilon fell from 1.0 to 0.68 (the ledger assumed the new noise for rounds 1-2
+    too), and round 4 failed ("sync 4 needs tree level 2"). A server that skips the check (a
+    hostile or misconfigured one) meets the nodes' own refusal, from their saved state.
+    """
+    over, node_refusal = PLANNED[name]
+    part = run(config(name, tmp_path, **over, **{"run-name": "part", "fraction-train": 1.0}),
+               nodes=2)
+    run_dir = part.parent
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    longer = config(name, tmp_path, **{**over, "num-server-rounds": 4, "fraction-train": 1.0,
+                                       "resume-from": str(run_dir)})
+    grid = LocalGrid(2, longer)
+    with pytest.raises(ConfigError, match="num-server-rounds=2, which fixes .*"
+                                          "num-server-rounds=4 fixes"):
+        run({}, grid=grid)
+    assert grid.sent == []
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+    from bouquet.apps import resume
+
+    monkeypatch.setattr(resume, "plan_change", lambda cfg, run_dir: None)
+    rows = lines(run(longer, nodes=2))
+    refusals = [f["reason"] for f in rows[2]["failures"] if f["kind"] == "errors"]
+    assert rows[2]["errors"] == 2 and all(re.search(node_refusal, r) for r in refusals), refusals
+
+
+@pytest.mark.parametrize("name, over", [
+    ("fedavg", {"local-steps": 1}),
+    ("ffa-lora", {"dp.enabled": True, "dp.noise-multiplier": 1.0}),  # no target: no plan
+    ("dp-fedlinucb-ldp", {"linucb.horizon-rounds": 0}),  # 2 -> 3 rounds: the same 2 levels
+])
+def test_extending_a_run_whose_mechanism_stays_the_same_is_allowed(
+        name: str, over: dict[str, Any], tmp_path: Path) -> None:
+    """A finished run given more rounds continues, and equals the longer uninterrupted run."""
+    if name not in methods():
+        pytest.skip(f"{name} is not registered")
+    full = run(config(name, tmp_path, **over, **{"num-server-rounds": 3, "run-name": "full"}),
+               nodes=2)
+    part = run(config(name, tmp_path, **over, **{"num-server-rounds": 2, "run-name": "part"}),
+               nodes=2)
+    resumed = run(config(name, tmp_path, **over, **{"num-server-rounds": 3,
+                                                    "resume-from": str(part.parent)}), nodes=2)
+    assert lines(resumed) == lines(full)
+
+
+def test_a_plan_is_declared_by_the_method_not_named_in_resume() -> None:
+    """Which methods plan for their rounds is their declaration's business (one place)."""
+    from bouquet.apps import bench, resume
+
+    for module in (resume, bench):
+        text = Path(module.__file__).read_text()  # type: ignore[arg-type]
+        assert not [m for m in methods() if f'"{m}"' in text], module.__name__
+    planned = {m for m, rec in methods().items() if rec.planned_rounds}
+    assert {"fedit", "ffa-lora", "fed-sb", "fedlinucb", "dp-fedlinucb-ldp"} <= planned
+    assert not planned & {"fedavg", "scafcom", "fedkseed"}
+
+
+def test_a_new_run_under_the_same_name_does_not_inherit_the_calibration(tmp_path: Path) -> None:
+    """The accountant is carried to a new run of the same name; the noise it used is not."""
+    from bouquet.clients.persistence import ACCOUNTANT_KEY
+
+    def saved(folder: Path) -> Path:
+        store = NodeStore(folder, 0, 7, False)
+        ctx = _context()
+        restore(ctx, store, 1)
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps([[1.0, 0.1, 10]])})
+        ctx.state["dp.calibration"] = ConfigRecord({"noise-multiplier": 1.0, "rounds": 2})
+        persist(ctx, store, 1)
+        return folder
+
+    fresh = _context(8)
+    restore(fresh, NodeStore(saved(tmp_path / "new"), 0, 8, resumed=False), 1)
+    assert ACCOUNTANT_KEY in fresh.state and "dp.calibration" not in fresh.state
+    back = _context(8)
+    restore(back, NodeStore(saved(tmp_path / "resumed"), 0, 8, resumed=True), 2)
+    assert "dp.calibration" in back.state  # a resume restores it, and the node checks it
 
 
 # --------------------------------------------------------------------------- lacking nodes

@@ -211,7 +211,10 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     ------
     ValueError
         When the folder holds a run of another configuration (``config.yaml``, or the node
-        count and faults of ``bench.json``), or more rounds than asked for.
+        count and faults of ``bench.json``), more rounds than asked for, or fewer that it
+        cannot be extended to because its method planned its mechanism for its own number of
+        rounds (:func:`bouquet.apps.resume.plan_change`: a DP-LoRA arm with
+        ``dp.target-epsilon``, a LinUCB arm whose tree would deepen).
     CheckpointError
         When a run to continue has no readable checkpoint (killed before its first one was
         written, or a damaged file): before any run of the suite starts.
@@ -219,7 +222,7 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     """
     from bouquet.apps.config import full_run_config, resolve
     from bouquet.apps.recorder import CHECKPOINT_DIR
-    from bouquet.apps.resume import config_differences
+    from bouquet.apps.resume import config_differences, plan_change
     from bouquet.apps.runner import used_run_files
     from bouquet.strategies.checkpoint import load_checkpoint
 
@@ -234,6 +237,9 @@ def earlier_run(run: BenchRun, out: Path) -> str:
         keys = ", ".join(f"{k}={now!r} (there: {before!r})" for k, (now, before) in differ.items())
         raise ValueError(f"{run_dir} holds a run of another configuration: {keys}; "
                          "remove it or use another output folder")
+    why = plan_change(cfg, run_dir)
+    if why is not None:
+        raise ValueError(f"{why} (or remove {run_dir}, or use another output folder)")
     summary = run_dir / "summary.json"
     done = int(json.loads(summary.read_text()).get("rounds", 0)) if summary.is_file() else 0
     wanted = cfg.common.num_server_rounds

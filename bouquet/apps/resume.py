@@ -8,7 +8,11 @@ run's identity (method, task, seed) and its headline metrics. A resume:
 - is refused (:func:`check_resume`, on the server, before any node is contacted) when its
   configuration differs from the saved one in any other key, or its checkpoint was written by
   another method, task or seed. Plain ``flwr run --run-config "resume-from='DIR'"`` gets the same
-  check, so a resume never silently continues with other settings.
+  check, so a resume never silently continues with other settings;
+- is refused as well when its ``num-server-rounds`` would change what the method planned for
+  the run's rounds (:func:`plan_change`, from the method's ``planned_rounds`` declaration): a
+  noise calibrated for the planned number of rounds (LoRA's ``dp.target-epsilon``) or a tree's
+  depth (LinUCB). Other methods may be given more rounds (a finished run is then extended).
 """
 
 from __future__ import annotations
@@ -103,6 +107,39 @@ def config_differences(cfg: RunConfig, run_dir: Path,
     return differ
 
 
+def plan_change(cfg: RunConfig, run_dir: Path) -> str | None:
+    """Why continuing ``run_dir`` with ``cfg``'s ``num-server-rounds`` would change its plan.
+
+    None when the method declares no :class:`~bouquet.registration.PlannedRounds` for this
+    configuration, or the new number of rounds fixes the same as the saved one. Only
+    ``num-server-rounds`` may differ between the two (:func:`config_differences` refuses the
+    rest), so the saved plan is the method's plan for ``cfg`` at the saved number of rounds.
+
+    Raises
+    ------
+    ConfigError
+        When ``run_dir`` has no readable ``config.yaml``.
+
+    """
+    specs = all_keys()
+    saved = saved_config(run_dir)
+    before_rounds = int(saved.get("num-server-rounds", specs["num-server-rounds"].default))
+    now = cfg.method.plan(cfg.sections, cfg.common.num_server_rounds)
+    before = cfg.method.plan(cfg.sections, before_rounds)
+    if now is None or before is None or now.fixes == before.fixes:
+        return None
+    pin = (f" (a run started with {now.pinned_by} set to the most rounds it may need can be "
+           "extended up to them)" if now.pinned_by and now.pinned_by != now.key else "")
+    became = "" if now.key == "num-server-rounds" else f" (so {now.key}={now.rounds})"
+    return (f"{cfg.method.name} plans its mechanism for the run's rounds: {run_dir} was started "
+            f"with {before.key}={before.rounds}, which fixes {before.fixes}; "
+            f"num-server-rounds={cfg.common.num_server_rounds}{became} fixes {now.fixes}. The "
+            f"rounds still to come would run another mechanism than the rounds already done (a "
+            f"private method's reported epsilon would no longer describe the noise as "
+            f"released). Continue it with num-server-rounds={before_rounds}, or start a new "
+            f"run{pin}")
+
+
 def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> None:
     """Refuse to resume ``run_dir`` with a configuration that differs from the saved one.
 
@@ -118,7 +155,8 @@ def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> Non
     Raises
     ------
     ConfigError
-        Naming every key that differs, before anything in the folder changes.
+        Naming every key that differs, or the key whose new value would change the method's
+        planned rounds (:func:`plan_change`), before anything in the folder changes.
 
     """
     ident = checkpoint_identity(cfg)
@@ -139,3 +177,6 @@ def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> Non
             f"configuration; with flwr run add --run-config \"{run_config_arg(keep)}\". Only "
             f"{', '.join(sorted(MAY_CHANGE - {'resume-from'}))} may change"
         )
+    why = plan_change(cfg, run_dir)
+    if why is not None:
+        raise ConfigError(f"resume-from: {why}")

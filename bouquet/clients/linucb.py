@@ -16,7 +16,9 @@ Zhou & Chowdhury, ICLR 2024, Algorithm 1 (silo side). Per round ``k`` the silo
    user in the node's window.
 
 What a silo keeps between rounds lives in ``context.state`` (``<method>.progress``, ``.tree`` or
-``.rows``): its exact p-sums, the users of the open windows, its cumulative regret. A silo that
+``.rows``, ``.calibration``): its exact p-sums, the users of the open windows, its cumulative
+regret, and the tree depth and noise of its first node (a later message that would change them,
+a server resumed with another horizon, is refused). A silo that
 missed syncs (a lost message, a restart of the node process keeps ``context.state`` only for the
 life of the SuperNode) advances its tree with empty batches, so later nodes stay correct.
 
@@ -35,6 +37,7 @@ silo regenerates the same noise for the same tree node instead of releasing a se
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import typing
 from typing import Any, runtime_checkable
@@ -218,6 +221,30 @@ def check_announced(msg: Message, proto: Protocol, partition_id: int) -> None:
                              "refusing to calibrate noise on the server's word")
 
 
+def keep_calibration(state: NodeState, proto: Protocol, partition_id: int) -> None:
+    """Record the tree depth and noise of the silo's first node; refuse other ones later.
+
+    The horizon fixes both (:func:`~bouquet.strategies.linucb_protocol.planned_rounds`): a
+    server resumed with another ``num-server-rounds`` (no ``linucb.horizon-rounds`` pinning the
+    horizon) would announce a horizon of another depth, and the silo would release its later
+    nodes with another noise than the earlier ones, which its stored tree was built for. A
+    horizon of the same depth runs the same mechanism and is answered. The record lives in
+    ``context.state`` (node memory on disk keeps it across a server resume).
+    """
+    held = state.values("calibration")
+    if not held:
+        state.set_values("calibration", {"horizon-rounds": proto.horizon_rounds,
+                                         "levels": proto.levels, "sigma": float(proto.sigma)})
+        return
+    levels, sigma = int(held["levels"]), float(held["sigma"])  # type: ignore[arg-type]
+    if levels != proto.levels or not math.isclose(sigma, proto.sigma, rel_tol=1e-9):
+        raise ValueError(
+            f"partition {partition_id}: this silo's nodes were released for horizon-rounds="
+            f"{held['horizon-rounds']} ({levels} tree levels, node noise {sigma:.6g}); the server "
+            f"now announces horizon-rounds={proto.horizon_rounds} ({proto.levels} levels, noise "
+            f"{proto.sigma:.6g}): refusing to change the mechanism mid-run")
+
+
 def silo_round(msg: Message, context: Context, source: RewardSource, proto: Protocol,
                lin: LinUCBConfig, *, seed: int, namespace: str) -> RecordDict:
     """One synchronisation: ``B`` local steps, then the node (see the module docstring)."""
@@ -228,6 +255,7 @@ def silo_round(msg: Message, context: Context, source: RewardSource, proto: Prot
     if rnd > proto.horizon_rounds:
         raise ValueError(f"round {rnd} is beyond the planned {proto.horizon_rounds} syncs")
     state = NodeState(context, namespace)
+    keep_calibration(state, proto, pid)
     progress = state.values("progress")
     done = int(progress.get("round", 0))
     if done >= rnd:

@@ -399,15 +399,30 @@ class LoraClient(ClientProcedure):
 
         Target-epsilon mode calibrates sigma for a client in every round: ``rounds x`` this
         round's events at their rate, plus Fed-SB's init release counted as one more such event
-        (its Poisson rate is at most that rate, so this over-counts, never under-counts).
+        (its Poisson rate is at most that rate, so this over-counts, never under-counts). A
+        calibration other than the one of this client's earlier releases in the run is refused
+        (:func:`bouquet.privacy.accountant.keep_calibration`).
         """
-        from bouquet.privacy.accountant import ClientAccountant, check_delta, dp_events, noise_for
+        from bouquet.privacy.accountant import (
+            ClientAccountant,
+            check_delta,
+            dp_events,
+            keep_calibration,
+            noise_for,
+        )
 
         n = job.num_train
-        check_delta(dp.delta, n, who=f"partition {job.partition_id}")
+        who = f"partition {job.partition_id}"
+        check_delta(dp.delta, n, who=who)
         q, count = dp_events(dp.sampling, job.batch_size, n, job.steps)
         total = job.num_server_rounds * count + self._extra_steps(job)
-        return ClientAccountant(NodeState(context, "dp")), noise_for(dp, q, total)
+        sigma = noise_for(dp, q, total)
+        state = NodeState(context, "dp")
+        # the node's own check that the noise stays the one its earlier releases used (a server
+        # resumed with other num-server-rounds would recalibrate it in target-epsilon mode)
+        keep_calibration(state, sigma, job.num_server_rounds if dp.target_epsilon > 0 else 0,
+                         who=who)
+        return ClientAccountant(state), sigma
 
     def _extra_steps(self, job: LoraJob) -> int:
         """DP steps beyond training: Fed-SB's private init gradient."""

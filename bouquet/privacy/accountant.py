@@ -27,8 +27,16 @@ STATE_NAMESPACE = "dp"
 STATE_NAME = "accountant"
 
 
+#: The record (in the accountant's namespace) of the noise calibration a client's releases use.
+CALIBRATION_NAME = "calibration"
+
+
 class PrivacyBudgetExceeded(RuntimeError):
     """A client refuses to train because the round would take it beyond its budget."""
+
+
+class CalibrationChanged(PrivacyBudgetExceeded):
+    """A client refuses a round whose noise calibration differs from its earlier releases'."""
 
 
 def check_delta(delta: float, n: int, who: str = "client") -> None:
@@ -104,6 +112,43 @@ class ClientAccountant:
         self.history = self.with_steps(noise_multiplier, sample_rate, steps)
         if self.state is not None:
             self.state.set_values(STATE_NAME, {"history": json.dumps(self.history)})
+
+
+def keep_calibration(state: NodeState, noise_multiplier: float, rounds: int,
+                     who: str = "client") -> None:
+    """Record the calibration of a client's first release; refuse another one later in the run.
+
+    ``rounds`` is the number of rounds the noise is calibrated for (target-epsilon mode; 0 when
+    the noise multiplier is fixed and depends on no number of rounds). The record lives in the
+    node's ``context.state`` (and so in its node memory on disk, across a server resume); a
+    new run under the same name does not inherit it (only the accountant's history is carried).
+    A server that resumes with another ``num-server-rounds`` (or alters the run config mid-run)
+    would make this client release its later rounds with another noise than its earlier ones.
+
+    Raises
+    ------
+    CalibrationChanged
+        When the client already released with another noise multiplier or number of rounds.
+
+    """
+    held = state.values(CALIBRATION_NAME)
+    if not held:
+        state.set_values(CALIBRATION_NAME, {"noise-multiplier": float(noise_multiplier),
+                                            "rounds": int(rounds)})
+        return
+    was_sigma = float(held.get("noise-multiplier", noise_multiplier))
+    was_rounds = int(held.get("rounds", rounds))
+    if was_rounds != rounds:
+        raise CalibrationChanged(
+            f"{who}: refusing to train: this client's earlier releases were calibrated for "
+            f"num-server-rounds={was_rounds} (noise multiplier {was_sigma:.4g}); this message's "
+            f"run config says num-server-rounds={rounds} (noise multiplier "
+            f"{noise_multiplier:.4g}), which would change the noise mid-run")
+    if not math.isclose(was_sigma, noise_multiplier, rel_tol=1e-9):
+        raise CalibrationChanged(
+            f"{who}: refusing to train: this client's earlier releases used noise multiplier "
+            f"{was_sigma:.6g}; this message's run config gives {noise_multiplier:.6g}, which "
+            "would change the noise mid-run")
 
 
 def dp_events(sampling: str, batch_size: int, n: int, steps: int) -> tuple[float, int]:

@@ -7,7 +7,10 @@ server (numpy only) can resolve a run config that enables DP. See docs/privacy.m
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
+from bouquet.registration import PlannedRounds
 from bouquet.schema import key
 
 #: Node-config key (``flower-supernode --node-config "dp-seed=..."``) seeding a node's DP
@@ -48,3 +51,20 @@ class DPConfig:
         "amplification: accounted as one full Gaussian per epoch)",
         choices=("poisson", "shuffle"),
     )
+
+
+def planned_rounds(sections: Mapping[str, Any], num_server_rounds: int) -> PlannedRounds | None:
+    """What ``num-server-rounds`` fixes of DP-SGD (``Method.planned_rounds`` of the LoRA family).
+
+    In target-epsilon mode every client calibrates its noise multiplier for a client taking part
+    in all ``num-server-rounds`` rounds, so any other number changes the noise of the rounds still
+    to come: the rounds already released used a noise that spent the target by the planned end,
+    and the extra rounds could only be refused by every node's budget check. With a fixed
+    ``dp.noise-multiplier`` (or DP off) nothing depends on the number of rounds (None).
+    """
+    dp = sections.get("dp")
+    if not isinstance(dp, DPConfig) or not dp.enabled or dp.target_epsilon <= 0:
+        return None
+    return PlannedRounds(key="num-server-rounds", rounds=num_server_rounds,
+                         fixes=f"DP-SGD noise calibrated to dp.target-epsilon="
+                               f"{dp.target_epsilon:g} over {num_server_rounds} rounds")

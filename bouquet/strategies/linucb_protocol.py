@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bouquet.privacy import shuffle, tree
+from bouquet.registration import PlannedRounds
 from bouquet.strategies.sections.linucb import DPLinUCBConfig, LinUCBConfig
 from bouquet.wire.linucb import ANNOUNCED
 
@@ -264,6 +265,25 @@ def env_section(sections: Mapping[str, Any]) -> Any:
 def horizon_of(lin: LinUCBConfig, num_server_rounds: int) -> int:
     """Planned synchronisations: ``linucb.horizon-rounds`` or ``num-server-rounds``."""
     return lin.horizon_rounds or num_server_rounds
+
+
+def planned_rounds(sections: Mapping[str, Any], num_server_rounds: int) -> PlannedRounds:
+    """What the horizon fixes (``Method.planned_rounds`` of the four LinUCB methods).
+
+    The horizon sets the tree's depth ``kappa`` (:func:`bouquet.privacy.tree.num_levels`), the
+    silos' stored p-sums and, in the private variants (those with a ``dp-linucb`` section),
+    every noise calibration and the shift ``lambda``, all through ``kappa`` alone. A resume
+    that keeps ``kappa`` runs the same mechanism; one that changes it would release the later
+    nodes with another noise than the earlier ones (and their reported epsilon would assume one
+    noise for both), and a silo's tree could not hold the deeper nodes.
+    """
+    lin: LinUCBConfig = sections["linucb"]
+    horizon = horizon_of(lin, num_server_rounds)
+    levels = tree.num_levels(horizon)
+    what = ("node noise, shift and tree depth" if "dp-linucb" in sections else "tree depth")
+    return PlannedRounds(key="linucb.horizon-rounds" if lin.horizon_rounds else "num-server-rounds",
+                         rounds=horizon, fixes=f"{levels} tree levels ({what})",
+                         pinned_by="linucb.horizon-rounds")
 
 
 def announced_values(proto: Protocol) -> dict[str, int]:

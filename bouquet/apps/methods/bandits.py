@@ -28,6 +28,9 @@ METHODS = [
         test_config={"linucb.batch-steps": 5, "linucb.horizon-rounds": 8, "linucb.num-silos": 4,
                      "synth-bandit.arms": 8, "synth-bandit.dim": 4},
         bad_replies=f"{_STRATEGIES}:bad_replies",
+        # the horizon fixes the tree's depth and, in the private variants, the noise: a resume
+        # may extend the run only within the same depth (linucb.horizon-rounds pins it)
+        planned_rounds="bouquet.strategies.linucb_protocol:planned_rounds",
         variants=(
             Variant("dp-fedlinucb-ldp",
                     "FedLinUCB with silo-level LDP: distributed tree mechanism, Gaussian noise "

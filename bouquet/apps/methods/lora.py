@@ -22,6 +22,8 @@ METHODS = [
         "ICASSP 2024",
         test_config={"local-steps": 2, "batch-size": 8, "lora.rank": 2, "lr": 0.01},
         bad_replies=f"{_STRATEGIES}:bad_replies",
+        # dp.target-epsilon calibrates the noise for num-server-rounds: a resume may not change it
+        planned_rounds="bouquet.privacy.dp_config:planned_rounds",
         variants=(
             Variant("ffa-lora",
                     "FFA-LoRA: A frozen at a seed-derived init, only B trained and sent (exact)",
