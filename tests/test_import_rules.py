@@ -136,12 +136,12 @@ def test_the_wire_layer_imports_only_compression_and_schema() -> None:
 #: control step derived from them), and (b) numpy math the node must compute exactly as the
 #: server does (one definition, not a twin): LinUCB's protocol derivation (it needs the privacy
 #: calibration of bouquet.privacy, which the wire layer may not import; its own module, never
-#: the strategy's), the LoRA layout and merge, and the checkpoint format both sides persist
-#: their state in.
+#: the strategy's), the LoRA layout and merge (its own module too, never the strategy's), and
+#: the checkpoint format both sides persist their state in.
 SECTIONS = "bouquet.strategies.sections"
 CLIENT_USES_OF_STRATEGIES = {
-    "bouquet.strategies.lora": {"LoraConfig", "FedSBConfig", "Adapted", "adapted_modules",
-                                "head_names", "split_names", "lora_a_init", "merge", "lora_variant"},
+    "bouquet.strategies.lora_layout": {"Adapted", "adapted_modules", "head_names", "split_names",
+                                       "lora_a_init", "merge", "lora_variant"},
     "bouquet.strategies.linucb_protocol": {"Protocol", "make_protocol", "announced_values",
                                            "confidence_radius", "env_section", "VARIANTS",
                                            "variant_named", "horizon_of"},
@@ -260,11 +260,11 @@ def test_a_message_imports_only_what_its_method_needs(method: str, tmp_path: Pat
     assert libraries == []  # the task modules import their data libraries lazily
 
 
-#: One real round-1 training message of a bandit method in a fresh process, as a SuperNode
-#: runs it: ``sys.argv[2]`` holds the instruction's content (Flower's protobuf serialisation),
-#: written by the test from the method's own strategy. Prints the strategy modules and the
+#: One real round-1 training message of a method in a fresh process, as a SuperNode runs it:
+#: ``sys.argv[2]`` holds the instruction's content (Flower's protobuf serialisation), written by
+#: the test from the method's own strategy. Prints the strategy modules and the
 #: libraries the message loaded, and the reply's record names.
-_BANDIT_TRAIN_PROBE = r"""
+_TRAIN_PROBE = r"""
 import json, sys, uuid
 from flwr.app import Context, Message, RecordDict
 from flwr.common.serde import recorddict_from_proto
@@ -284,6 +284,21 @@ print(json.dumps([sorted(m for m in sys.modules if m.startswith("bouquet.strateg
                   sorted({m.split(".")[0] for m in sys.modules} & {"scipy", "torch", "sklearn"}),
                   [] if reply.has_error() else sorted(reply.content.keys())]))
 """
+
+
+def _train_probe(keys: dict[str, object], content: object, tmp_path: Path) -> list[list[str]]:
+    """Run :data:`_TRAIN_PROBE` on ``content`` (a round's instruction) in a fresh process."""
+    from flwr.common.serde import recorddict_to_proto
+
+    instruction = tmp_path / "instruction.pb"
+    instruction.write_bytes(recorddict_to_proto(content).SerializeToString())  # type: ignore[arg-type]
+    proc = subprocess.run([sys.executable, "-c", _TRAIN_PROBE, json.dumps(keys),
+                           str(instruction)], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 #: The bandit variants whose silo calibrates Gaussian noise with scipy (the tree mechanism and
 #: the amplified shuffle); VecSum's parameters need none.
 SCIPY_CALIBRATED = {"dp-fedlinucb-ldp", "dp-fedlinucb-sdp-amp"}
@@ -298,7 +313,6 @@ def test_a_bandit_training_message_loads_the_protocol_not_the_strategy(
     The probe above stops at the procedure load; this one runs the message itself, so a module
     outside ``bouquet/clients`` that pulled the server strategy in would be caught too.
     """
-    from flwr.common.serde import recorddict_to_proto
     from flwr.supercore.task_identity import TaskIdentity
 
     from bouquet.apps.config import resolve
@@ -309,17 +323,54 @@ def test_a_bandit_training_message_loads_the_protocol_not_the_strategy(
             "linucb.batch-steps": 5, "num-server-rounds": 4}
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
     strategy = build_strategy(resolve(keys), None)
-    content = strategy.configure_round(1, [0])[0]
-    instruction = tmp_path / "instruction.pb"
-    instruction.write_bytes(recorddict_to_proto(content).SerializeToString())
-    proc = subprocess.run([sys.executable, "-c", _BANDIT_TRAIN_PROBE, json.dumps(keys),
-                           str(instruction)], capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded, libraries, reply = json.loads(proc.stdout.strip().splitlines()[-1])
+    loaded, libraries, reply = _train_probe(keys, strategy.configure_round(1, [0])[0], tmp_path)
     assert reply, "the silo answered with an error: the probe did not run a training step"
     assert all(m.startswith(BANDIT_STRATEGY_MODULES) for m in loaded), loaded
     assert libraries == (["scipy"] if method in SCIPY_CALIBRATED else [])
+
+
+#: A LoRA message also loads the adapter layout it shares with the server, never the strategy.
+LORA_STRATEGY_MODULES = (*MESSAGE_STRATEGY_MODULES, "bouquet.strategies.lora_layout")
+
+
+@pytest.mark.parametrize("method, over", [("fedit", {}), ("ffa-lora", {"dp.enabled": True})],
+                         ids=["fedit", "ffa-lora-dp"])
+def test_a_lora_training_message_loads_the_layout_not_the_strategy(
+        method: str, over: dict[str, object], tmp_path: Path) -> None:
+    """A LoRA client's training message (plain, and with DP-SGD) loads no strategy module.
+
+    Its adapter layout, FFA's seeded A and the merge come from ``lora_layout`` (issue 17), not
+    from the server's ``bouquet.strategies.lora`` (its round loop, Fed-SB's SVD frame...).
+    """
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from bouquet.apps.config import resolve
+    from bouquet.apps.runner import build_strategy, initial_arrays, load_server_task
+
+    keys = {"method": method, "task": "tiny-bert-cls", "results-dir": str(tmp_path / "res"),
+            "run-name": "r", "seed": 2, "local-steps": 1, "batch-size": 8, "lora.rank": 2,
+            "num-server-rounds": 2, **over}
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    cfg = resolve(keys)
+    strategy = build_strategy(cfg, initial_arrays(cfg, load_server_task(cfg), None))  # type: ignore[arg-type]
+    loaded, libraries, reply = _train_probe(keys, strategy.configure_round(1, [0])[0], tmp_path)
+    assert reply == ["arrays", "metrics"], "the client answered with an error"
+    assert "bouquet.strategies.lora_layout" in loaded
+    assert all(m.startswith(LORA_STRATEGY_MODULES) for m in loaded), loaded
+    assert "torch" in libraries  # a real training step ran
+
+
+#: The LoRA names that moved into bouquet.strategies.lora_layout (issue 17).
+MOVED_LORA_NAMES = ("Adapted", "split_names", "adapted_modules", "head_names", "LoraVariant",
+                    "VARIANTS", "lora_variant", "lora_a_init", "merged_delta", "merge")
+
+
+def test_every_old_lora_layout_import_still_works() -> None:
+    """``from bouquet.strategies.lora import <name>`` names the layout module's own object."""
+    from bouquet.strategies import lora, lora_layout
+
+    for name in MOVED_LORA_NAMES:
+        assert getattr(lora, name) is getattr(lora_layout, name), name
 
 
 def test_a_message_with_cached_rows_imports_no_data_library(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Each round the client copies the task's pretrained model, injects LoRA layers with PEFT
 (``peft.inject_adapter_in_model``) on the adapted modules that
-:func:`bouquet.strategies.lora.adapted_modules` names (so server and client agree), loads the
+:func:`bouquet.strategies.lora_layout.adapted_modules` names (so server and client agree), loads the
 received arrays, trains only the method's trainable tensors (plus the head) and replies with
 exactly those tensors. For Fed-SB the PEFT ``lora_A`` of each layer is replaced by
 :class:`FramedA` (``x -> R A x``) so the layer computes ``s B R A x``; A and B are frozen.
@@ -31,10 +31,8 @@ from bouquet.clients.base import ClientEnv, ClientProcedure, NodeState, message_
 from bouquet.privacy.dp import ExampleLossFn, LossFn
 from bouquet.privacy.dp_config import DP_MAX_EPSILON_KEY, DP_SEED_KEY, DPConfig
 from bouquet.schema import node_config_float
-from bouquet.strategies.lora import (
+from bouquet.strategies.lora_layout import (
     Adapted,
-    FedSBConfig,
-    LoraConfig,
     adapted_modules,
     head_names,
     lora_a_init,
@@ -42,6 +40,7 @@ from bouquet.strategies.lora import (
     merge,
     split_names,
 )
+from bouquet.strategies.sections.lora import FedSBConfig, LoraConfig
 from bouquet.tasks.torch_utils import generator
 from bouquet.wire.arrays import to_numpy, to_record
 from bouquet.wire.lora import FRAME_ID_KEY, FRAME_RECORD, GRADS_RECORD, PHASE_INIT, PHASE_TRAIN
