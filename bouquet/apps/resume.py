@@ -133,11 +133,10 @@ def plan_change(cfg: RunConfig, run_dir: Path) -> str | None:
     became = "" if now.key == "num-server-rounds" else f" (so {now.key}={now.rounds})"
     return (f"{cfg.method.name} plans its mechanism for the run's rounds: {run_dir} was started "
             f"with {before.key}={before.rounds}, which fixes {before.fixes}; "
-            f"num-server-rounds={cfg.common.num_server_rounds}{became} fixes {now.fixes}. The "
-            f"rounds still to come would run another mechanism than the rounds already done (a "
-            f"private method's reported epsilon would no longer describe the noise as "
-            f"released). Continue it with num-server-rounds={before_rounds}, or start a new "
-            f"run{pin}")
+            f"num-server-rounds={cfg.common.num_server_rounds}{became} fixes {now.fixes}: the "
+            f"rounds still to come would run another mechanism than the rounds already done "
+            f"(docs/privacy.md, \"Resuming or extending a private run\"). Continue it with "
+            f"num-server-rounds={before_rounds}, or start a new run{pin}")
 
 
 def check_resume(cfg: RunConfig, run_dir: Path, extra: Mapping[str, Any]) -> None:
