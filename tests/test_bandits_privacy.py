@@ -137,6 +137,52 @@ def test_gaussian_calibration_round_trips(eps: float, delta: float) -> None:
     assert tree.node_sigma(eps, delta, 7, sens, copies=4) == pytest.approx(sigma / 2)
 
 
+def _scipy_delta_at(epsilon: float, mu: float) -> float:
+    """The analytic Gaussian profile with scipy's normal CDF (the reference of the stdlib one)."""
+    from scipy.stats import norm
+
+    return max(0.0, float(norm.cdf(-epsilon / mu + mu / 2.0))
+               - math.exp(epsilon + float(norm.logcdf(-epsilon / mu - mu / 2.0))))
+
+
+@pytest.mark.parametrize("eps", [1e-3, 0.1, 1.0, 5.0, 20.0])
+@pytest.mark.parametrize("delta", [1e-15, 1e-6, 1e-3, 0.1, 0.9])
+def test_the_stdlib_gaussian_profile_matches_scipys(eps: float, delta: float) -> None:
+    """``math.erfc`` in place of scipy: the same calibration, never above the target by scipy.
+
+    The noise a silo calibrates (``mu_for``) and the epsilon the server reports
+    (``epsilon_at``) agree with scipy-based roots to 1e-9 or better, and the calibrated ``mu``
+    keeps scipy's ``delta`` at most the target.
+    """
+    from scipy.optimize import brentq
+
+    mu = gaussian.mu_for(eps, delta)
+    assert _scipy_delta_at(eps, mu) <= delta
+    root = brentq(lambda m: _scipy_delta_at(eps, m) - delta, 1e-12, 4 * mu + 10, xtol=1e-15,
+                  rtol=1e-15)
+    assert mu == pytest.approx(root * (1 - 1e-9), rel=1e-10) and mu < root  # the margin
+    for e in (0.0, eps / 2, eps, 2 * eps):
+        assert gaussian.delta_at(e, mu) == pytest.approx(_scipy_delta_at(e, mu), rel=1e-9,
+                                                         abs=1e-15)
+    reported = gaussian.epsilon_at(mu, delta)
+    scipy_eps = brentq(lambda e: _scipy_delta_at(e, mu) - delta, 0.0, 2 * eps + 1, xtol=1e-15,
+                       rtol=1e-15)
+    assert reported == pytest.approx(scipy_eps, rel=1e-9) and reported <= eps
+
+
+def test_calibrating_the_tree_noise_imports_no_scipy() -> None:
+    """A silo's message calibrates ``node_sigma``: it must not pay scipy's import (issue 17)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom bouquet.privacy import tree\n"
+            "tree.node_sigma(1.0, 0.1, 4, 1.5, copies=2)\n"
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.strip()
+    assert out == "False"
+
+
 @pytest.mark.parametrize("eps,delta,levels", [(0.2, 0.1, 7), (1.0, 1e-4, 9), (5.0, 0.1, 3)])
 def test_per_node_budget_composes_to_the_target(eps: float, delta: float, levels: int) -> None:
     e0, d0 = shuffle.per_node_budget(eps, delta, levels)

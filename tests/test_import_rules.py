@@ -183,8 +183,8 @@ def test_the_client_app_imports_no_strategy_module_and_no_scipy() -> None:
     """Importing the ClientApp (and resolving a scafcom run config) loads no scipy.
 
     ``bouquet.strategies`` loads its names on first use, and scipy is imported where a plan
-    is solved or a privacy profile computed, so a ClientApp process per message (Flower's
-    deployment) no longer pays about 2 s for modules its method never uses.
+    is solved (the Gaussian privacy profile needs none), so a ClientApp process per message
+    (Flower's deployment) no longer pays about 2 s for modules its method never uses.
     """
     from bouquet import strategies
 
@@ -299,11 +299,6 @@ def _train_probe(keys: dict[str, object], content: object, tmp_path: Path) -> li
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-#: The bandit variants whose silo calibrates Gaussian noise with scipy (the tree mechanism and
-#: the amplified shuffle); VecSum's parameters need none.
-SCIPY_CALIBRATED = {"dp-fedlinucb-ldp", "dp-fedlinucb-sdp-amp"}
-
-
 @pytest.mark.parametrize("method", ["fedlinucb", "dp-fedlinucb-ldp", "dp-fedlinucb-sdp-amp",
                                     "dp-fedlinucb-sdp-vecsum"])
 def test_a_bandit_training_message_loads_the_protocol_not_the_strategy(
@@ -311,7 +306,9 @@ def test_a_bandit_training_message_loads_the_protocol_not_the_strategy(
     """A silo's training message takes its protocol from ``linucb_protocol`` (issue 17, target 3).
 
     The probe above stops at the procedure load; this one runs the message itself, so a module
-    outside ``bouquet/clients`` that pulled the server strategy in would be caught too.
+    outside ``bouquet/clients`` that pulled the server strategy in would be caught too. No
+    variant loads scipy: the tree-mechanism and amplified-shuffle silos calibrate their noise
+    with :mod:`bouquet.privacy.gaussian`, standard library only (before, scipy on every message).
     """
     from flwr.supercore.task_identity import TaskIdentity
 
@@ -326,7 +323,7 @@ def test_a_bandit_training_message_loads_the_protocol_not_the_strategy(
     loaded, libraries, reply = _train_probe(keys, strategy.configure_round(1, [0])[0], tmp_path)
     assert reply, "the silo answered with an error: the probe did not run a training step"
     assert all(m.startswith(BANDIT_STRATEGY_MODULES) for m in loaded), loaded
-    assert libraries == (["scipy"] if method in SCIPY_CALIBRATED else [])
+    assert libraries == []
 
 
 #: A LoRA message also loads the adapter layout it shares with the server, never the strategy.

@@ -1,4 +1,4 @@
-"""What server and silo of (private) federated LinUCB both derive (no torch; scipy lazily).
+"""What server and silo of (private) federated LinUCB both derive (no torch, no scipy).
 
 Zhou & Chowdhury, ICLR 2024 (arXiv:2302.13945). A silo must compute its noise, its shift
 ``lambda`` and its confidence radius exactly as the server does, from its own configuration, so
@@ -8,8 +8,8 @@ calibrations, the run's :class:`Protocol`, ``beta_t`` and the values the server 
 It imports the privacy calibration (:mod:`bouquet.privacy.tree`, :mod:`bouquet.privacy.shuffle`),
 the ``linucb`` sections and the wire names, and no strategy: a silo's message
 (:mod:`bouquet.clients.linucb`) loads it without the server's round loop
-(:mod:`bouquet.strategies.linucb`, which re-exports these names). scipy is imported only where a
-noise level is calibrated (:mod:`bouquet.privacy.gaussian`).
+(:mod:`bouquet.strategies.linucb`, which re-exports these names). Noise levels are calibrated
+with :mod:`bouquet.privacy.gaussian`, standard library only, so a silo's message loads no scipy.
 """
 
 from __future__ import annotations
