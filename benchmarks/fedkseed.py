@@ -309,32 +309,110 @@ def _task_fingerprint(task: Any) -> bytes:
     return (d.x_test.tobytes() + d.y_test.tobytes() + task.model_source().encode())
 
 
-def zero_shot_rows(out_dir: Path) -> Rows:
-    """Per-row loss and correctness of the pretrained rt-smollm on its held-out rows (cached)."""
+#: A range ``(start, stop)`` of rt-smollm's held-out rows, ``[start, stop)`` of its fixed split.
+RowRange = tuple[int, int]
+
+
+class HeldOut:
+    """The held-out rows of rt-smollm a model is evaluated on centrally (:func:`held_out`).
+
+    Attributes
+    ----------
+    task : RtSmolLM
+        The task object; its pretrained model is loaded once and shared by every evaluation.
+    rows : RowRange or None
+        None: the task's own held-out rows (its first ``test_rows``, the ones the runs'
+        federated evaluation uses). A range: those rows of the fixed split instead, read
+        through a task object whose ``test_rows`` is the range's stop (set on that object
+        only: the task's default, its fingerprint and the runs are unchanged).
+
+    A plain class: the suite is loaded under a module name that is not in ``sys.modules``
+    (:func:`bouquet.apps.bench.load_suite`), where a dataclass cannot be built.
+    """
+
+    def __init__(self, task: Any, rows: RowRange | None = None) -> None:
+        self.task, self.rows = task, rows
+
+    @property
+    def suffix(self) -> str:
+        """``""`` for the task's own rows, ``"_400-1600"`` for a range (cache file names)."""
+        return "" if self.rows is None else f"_{self.rows[0]}-{self.rows[1]}"
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt ids, labels) of the rows.
+
+        Raises
+        ------
+        ValueError
+            If the fixed split has fewer held-out rows than the range's stop.
+
+        """
+        d = self.task.data
+        if self.rows is None:
+            return d.x_test, d.y_test
+        start, stop = self.rows
+        if len(d.y_test) < stop:
+            raise ValueError(f"the split has {len(d.y_test)} held-out rows, not {stop}")
+        return d.x_test[start:stop], d.y_test[start:stop]
+
+    def fingerprint(self) -> bytes:
+        """The rows' bytes and the model's source (the task's own: :func:`_task_fingerprint`)."""
+        if self.rows is None:
+            return _task_fingerprint(self.task)
+        x, y = self.arrays()
+        return x.tobytes() + y.tobytes() + self.task.model_source().encode()
+
+    def row_metrics(self, model: Any) -> Rows:
+        """Per-row loss and correctness of ``model`` on the rows (the task's ``row_metrics``)."""
+        import torch
+
+        x, y = self.arrays()
+        return self.task.row_metrics(model, torch.from_numpy(x), torch.from_numpy(y))
+
+
+def held_out(rows: RowRange | None = None) -> HeldOut:
+    """rt-smollm's own held-out rows (None) or rows ``[start, stop)`` of its fixed split.
+
+    Raises
+    ------
+    ValueError
+        If the range is empty or starts below 0.
+
+    """
     from bouquet.tasks.prompted import RtSmolLM
 
     task = RtSmolLM()
-
-    def compute() -> Rows:
-        import torch
-
-        d = task.data
-        return task.row_metrics(task.pretrained, torch.from_numpy(d.x_test),
-                                torch.from_numpy(d.y_test))
-
-    key = _rows_key("zero-shot", _task_fingerprint(task))
-    return _cached_rows(out_dir / f"zero_shot_{ROWS_FILE}", key, compute)
+    if rows is not None:
+        start, stop = rows
+        if not 0 <= start < stop:
+            raise ValueError(f"a row range needs 0 <= start < stop, got {rows}")
+        task.test_rows = stop  # this object only: the first `stop` rows of the same split
+    return HeldOut(task, rows)
 
 
-def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
+def zero_shot_rows(out_dir: Path, held: HeldOut | None = None) -> Rows:
+    """Per-row loss and correctness of the pretrained rt-smollm on held-out rows (cached).
+
+    ``held`` defaults to the task's own rows (cached in ``zero_shot_rows.npz``); a range is
+    cached beside it, e.g. ``zero_shot_rows_400-1600.npz``.
+    """
+    held = held_out() if held is None else held
+    key = _rows_key("zero-shot", held.fingerprint())
+    return _cached_rows(out_dir / f"zero_shot_rows{held.suffix}.npz", key,
+                        lambda: held.row_metrics(held.task.pretrained))
+
+
+def final_rows(out_dir: Path, run: str, held: HeldOut | None = None
+               ) -> tuple[int, Rows] | None:
     """(round, per-row loss and correctness) of a ZO arm's model at its last checkpoint.
 
     FedKSeed's server holds no model, so its federated evaluation reports only each node's
     means. The model is rebuilt here from the checkpoint's accumulator, ``w0 - lr sum_k A[k]
     z(s_k)`` (:func:`bouquet.clients.fedkseed.sync`, the nodes' own replay), and evaluated
-    centrally on the same 400 held-out rows: one evaluation per arm, cached in
-    ``RUN/rows.npz`` under a digest of the checkpoint's round and accumulator, the run's config
-    and the held-out rows. None without a checkpoint.
+    centrally on held-out rows (``held``, by default the same 400 rows as the runs): one
+    evaluation per arm and rows, cached in ``RUN/rows.npz`` (a range: ``RUN/rows_400-1600.npz``)
+    under a digest of the checkpoint's round and accumulator, the run's config and the rows.
+    None without a checkpoint.
     """
     from bouquet.strategies.checkpoint import load_checkpoint
 
@@ -348,14 +426,12 @@ def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
 
     import numpy as np
 
-    from bouquet.tasks.prompted import RtSmolLM
-
-    task = RtSmolLM()
+    held = held_out() if held is None else held
+    task = held.task
     config_text = (folder / "config.yaml").read_text()
     accumulator = np.asarray(state["accumulator"], dtype=np.float64)
 
     def compute() -> Rows:
-        import torch
         import yaml
 
         from bouquet.clients.fedkseed import sync
@@ -365,14 +441,12 @@ def final_rows(out_dir: Path, run: str) -> tuple[int, Rows] | None:
         cfg = FedKSeedConfig(num_seeds=int(flat["fedkseed.num-seeds"]),
                              lr=float(flat["fedkseed.lr"]),
                              master_seed=int(flat["fedkseed.master-seed"]))
-        d = task.data
         rep, _ = sync(("bench-report", str(folder), rnd), task.build_model, cfg, accumulator)
-        return task.row_metrics(rep.model, torch.from_numpy(d.x_test),
-                                torch.from_numpy(d.y_test))
+        return held.row_metrics(rep.model)
 
     key = _rows_key("final", str(rnd).encode(), accumulator.tobytes(), config_text.encode(),
-                    _task_fingerprint(task))
-    return rnd, _cached_rows(folder / ROWS_FILE, key, compute)
+                    held.fingerprint())
+    return rnd, _cached_rows(folder / f"rows{held.suffix}.npz", key, compute)
 
 
 #: The paired comparisons of a ZO arm's final model against zero-shot: metric, claim's verb.

@@ -22,6 +22,15 @@ training's own randomness, so the claim is judged across run seeds. Three comman
     and accuracy changes. ``--prior FILE`` adds seeds measured before (a JSON list of
     :class:`SeedResult` fields; a seed found in ``--out`` wins), ``--seeds`` restricts the test
     to some seeds, ``--save FILE`` writes the seeds tested in the same format.
+``confirm``
+    Section 9's pre-declared test (RESULTS.md ``## fedkseed``): each seed's final model, rebuilt
+    from its accumulator, and the zero-shot model are evaluated centrally on held-out rows
+    ``--rows START:STOP`` of the fixed split (:func:`fedkseed.final_rows`,
+    :func:`fedkseed.zero_shot_rows`, cached per row range beside the default 400-row files), and
+    the paired per-row changes are tested over seeds and rows together (:func:`seed_row_test`,
+    :func:`verdict`). ``--save-rows FILE`` writes the per-row arrays (float32 losses) and
+    ``--prior-rows FILE`` reads them back, so that the test is recomputed without a run; a seed
+    found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
 
 Run (one lock hold per seed)::
 
@@ -30,6 +39,9 @@ Run (one lock hold per seed)::
         --out /tmp/zo-seeds
     python benchmarks/fedkseed_seeds.py summarize --arm prompt-fedkseed --out /tmp/zo-seeds \\
         --prior benchmarks/seed_results/prompt-fedkseed.json
+    HF_HUB_OFFLINE=1 BOUQUET_TORCH_THREADS=2 PYTHONPATH=$PWD flock /tmp/heavy.lock \\
+        python benchmarks/fedkseed_seeds.py confirm --out /tmp/zo-confirm --rows 400:1600 \\
+        --seeds 5,6,7,8,9,10 --save-rows benchmarks/seed_results/prompt-fedkseed-rows-400-1600.npz
 """
 
 from __future__ import annotations
@@ -37,16 +49,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, run_inprocess
 from bouquet.apps.results import read_metrics
-from bouquet.apps.verdicts import paired_change, sign_counts, sign_test_p
+from bouquet.apps.verdicts import FAILS, HOLDS, paired_change, sign_counts, sign_test_p
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The rt-smollm arms this script runs.
 ARMS = ("prompt-fedkseed", "prompt-fedkseed-pro")
@@ -285,6 +301,245 @@ def summarize(results: Sequence[SeedResult]) -> list[str]:
     return lines
 
 
+#: Section 9's verdicts beside :data:`bouquet.apps.verdicts.HOLDS` and ``FAILS``.
+NOT_SHOWN, NO_VERDICT = "not shown", "no verdict"
+#: Section 9: the fewest seeds that get a verdict, and the one-sided level.
+MIN_SEEDS, ALPHA = 4, 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedRowTest:
+    """The mean paired change over seeds and rows, with both sources of noise in its SE.
+
+    Attributes
+    ----------
+    name : str
+        What changed (``loss``, ``accuracy``).
+    seeds, rows : int
+        S and R.
+    mean : float
+        D, the mean over seeds and rows of ``d[s, r]``.
+    se_seed : float
+        SD (ddof 1) of the S per-seed means over sqrt(S): the training's randomness.
+    se_row : float
+        SD (ddof 1) of the R seed-averaged per-row changes over sqrt(R): the rows' sampling.
+    se : float
+        ``sqrt(se_seed**2 + se_row**2)`` (over-counts the seed x row interaction: errs towards
+        "not shown").
+    t : float
+        ``mean / se``.
+    df : int
+        S - 1.
+    p : float
+        One-sided p in the improving direction: ``P(T <= t)`` where lower is better (loss),
+        ``P(T >= t)`` where higher is (accuracy); Student's t with ``df``.
+    lower_is_better : bool
+        The improving direction.
+
+    """
+
+    name: str
+    seeds: int
+    rows: int
+    mean: float
+    se_seed: float
+    se_row: float
+    se: float
+    t: float
+    df: int
+    p: float
+    lower_is_better: bool
+
+    def describe(self) -> str:
+        """``loss: D = -0.0081, SE_seed 0.0020, SE_row 0.0015, SE 0.0025, t = -3.24 (4 df), ...``."""
+        side = "P(T <= t)" if self.lower_is_better else "P(T >= t)"
+        return (f"{self.name}: D = {self.mean:+.4f} over {self.seeds} seeds x {self.rows} rows, "
+                f"SE_seed {self.se_seed:.4f}, SE_row {self.se_row:.4f}, SE {self.se:.4f}, "
+                f"t = {self.t:.2f} ({self.df} df), one-sided p = {side} = {self.p:.3g}")
+
+
+def seed_row_test(name: str, changes: Sequence[Sequence[float]], *,
+                  lower_is_better: bool) -> SeedRowTest:
+    """Section 9's statistic of paired changes ``changes[s][r]`` (S seeds x R rows).
+
+    Raises
+    ------
+    ValueError
+        With fewer than two seeds or rows, or rows of unequal length.
+
+    """
+    import numpy as np
+    from scipy.stats import t as student
+
+    d = np.asarray(changes, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] < 2 or d.shape[1] < 2:
+        raise ValueError(f"{name}: need at least 2 seeds x 2 rows of changes, got shape {d.shape}")
+    s, r = d.shape
+    se_seed = float(d.mean(axis=1).std(ddof=1)) / s ** 0.5
+    se_row = float(d.mean(axis=0).std(ddof=1)) / r ** 0.5
+    mean, se = float(d.mean()), (se_seed ** 2 + se_row ** 2) ** 0.5
+    t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else math.nan
+    p = float(student.cdf(t, s - 1) if lower_is_better else student.sf(t, s - 1))
+    return SeedRowTest(name, s, r, mean, se_seed, se_row, se, t, s - 1, p, lower_is_better)
+
+
+def verdict(test: SeedRowTest | None, seeds: int) -> str:
+    """Section 9's verdict on the loss test: holds (p < 0.05), does not hold (no improvement at
+    all: D on the wrong side of 0 or at it), else not shown; no verdict with fewer than 4 seeds.
+    """
+    if test is None or seeds < MIN_SEEDS:
+        return NO_VERDICT
+    if test.p < ALPHA:
+        return HOLDS
+    worse = test.mean >= 0 if test.lower_is_better else test.mean <= 0
+    return FAILS if worse else NOT_SHOWN
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmRows:
+    """Per-row results of :func:`confirm` on one row range, as saved by ``--save-rows``.
+
+    Attributes
+    ----------
+    rows : tuple[int, int]
+        The held-out range ``[start, stop)``.
+    zero_loss, zero_correct : np.ndarray
+        The zero-shot model's per-row loss (float32) and correctness (bool), ``(R,)``.
+    seeds : tuple[int, ...]
+        The seeds, in the order tested.
+    loss, correct : np.ndarray
+        Each seed's final model: ``(S, R)`` float32 and bool.
+    rounds : tuple[int, ...]
+        The checkpoint round each final model was rebuilt from.
+
+    """
+
+    rows: tuple[int, int]
+    zero_loss: np.ndarray
+    zero_correct: np.ndarray
+    seeds: tuple[int, ...]
+    loss: np.ndarray
+    correct: np.ndarray
+    rounds: tuple[int, ...]
+
+    def save(self, path: Path) -> None:
+        """A compressed npz (float32 losses, bool correctness)."""
+        import numpy as np
+
+        np.savez_compressed(path, rows=np.asarray(self.rows), zero_loss=self.zero_loss,
+                            zero_correct=self.zero_correct, seeds=np.asarray(self.seeds),
+                            loss=self.loss, correct=self.correct, rounds=np.asarray(self.rounds))
+
+    @classmethod
+    def load(cls, path: Path) -> ConfirmRows:
+        """Read back what :meth:`save` wrote."""
+        import numpy as np
+
+        with np.load(path) as z:
+            return cls((int(z["rows"][0]), int(z["rows"][1])), z["zero_loss"].copy(),
+                       z["zero_correct"].copy(), tuple(int(v) for v in z["seeds"]),
+                       z["loss"].copy(), z["correct"].copy(), tuple(int(v) for v in z["rounds"]))
+
+
+def _as_saved(loss: Any, correct: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row arrays at the precision they are saved in (the test is computed from these)."""
+    import numpy as np
+
+    return np.asarray(loss, dtype=np.float32), np.asarray(correct, dtype=bool)
+
+
+def evaluate_rows(out: Path, arm: str, seeds: Sequence[int], rows: tuple[int, int],
+                  prior: ConfirmRows | None = None) -> ConfirmRows:
+    """The per-row results of ``seeds`` on held-out ``rows``: from ``out`` or from ``prior``.
+
+    A seed whose folder in ``out`` holds a checkpoint is evaluated there (cached,
+    :func:`fedkseed.final_rows` on the range, and the zero-shot model once,
+    :func:`fedkseed.zero_shot_rows`, in ``out``); the others come from ``prior``.
+
+    Raises
+    ------
+    ValueError
+        If a seed is in neither, if ``prior`` is on other rows, or if a seed (or the zero-shot
+        model) evaluated here disagrees with ``prior`` beyond float32 rounding.
+
+    """
+    import numpy as np
+
+    if prior is not None and prior.rows != (rows[0], rows[1]):
+        raise ValueError(f"the saved rows are {prior.rows}, not {(rows[0], rows[1])}")
+    local = [s for s in seeds
+             if (seed_folder(out, arm, s) / arm / "checkpoint" / "meta.json").is_file()]
+    missing = [s for s in seeds if s not in local and (prior is None or s not in prior.seeds)]
+    if missing:
+        raise ValueError(f"no run or saved rows for seed(s) {missing}")
+    zero: tuple[np.ndarray, np.ndarray] | None = None
+    finals: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+    if local:
+        suite = load_suite("fedkseed")
+        held = suite.held_out((rows[0], rows[1]))
+        zero = _as_saved(*suite.zero_shot_rows(out.resolve(), held))
+        for s in local:
+            rnd, (loss, correct) = suite.final_rows(seed_folder(out.resolve(), arm, s), arm, held)
+            finals[s] = (rnd, *_as_saved(loss, correct))
+    if prior is not None:
+        if zero is not None and not (np.array_equal(zero[0], prior.zero_loss)
+                                     and np.array_equal(zero[1], prior.zero_correct)):
+            raise ValueError("the zero-shot rows evaluated here differ from the saved ones")
+        zero = zero or (prior.zero_loss, prior.zero_correct)
+        for i, s in enumerate(prior.seeds):
+            saved = (prior.rounds[i], prior.loss[i], prior.correct[i])
+            if s in finals and not (finals[s][0] == saved[0] and np.array_equal(
+                    finals[s][1], saved[1]) and np.array_equal(finals[s][2], saved[2])):
+                raise ValueError(f"seed {s}: the rows evaluated here differ from the saved ones")
+            finals.setdefault(s, saved)
+    assert zero is not None
+    return ConfirmRows((rows[0], rows[1]), zero[0], zero[1], tuple(seeds),
+                       np.stack([finals[s][1] for s in seeds]),
+                       np.stack([finals[s][2] for s in seeds]),
+                       tuple(finals[s][0] for s in seeds))
+
+
+def confirm_report(result: ConfirmRows) -> list[str]:
+    """Per-seed table, the loss test with its verdict and the accuracy test (no verdict)."""
+    import numpy as np
+
+    zero_loss = result.zero_loss.astype(np.float64)
+    zero_correct = result.zero_correct.astype(np.float64)
+    start, stop = result.rows
+    lines = [f"Held-out rows {start}-{stop - 1} ({stop - start} rows); zero-shot accuracy "
+             f"{zero_correct.mean():.4f}, loss {zero_loss.mean():.4f}.", "",
+             "| seed | round | loss zero-shot -> final | paired loss change +- 2 SE | "
+             "accuracy change | turned right / wrong (sign test p) |",
+             "|---|---|---|---|---|---|"]
+    dl_rows, da_rows = [], []
+    for i, seed in enumerate(result.seeds):
+        loss = result.loss[i].astype(np.float64)
+        correct = result.correct[i].astype(np.float64)
+        dl = paired_change(list(zero_loss), list(loss))
+        right, wrong = sign_counts(list(zero_correct), list(correct))
+        dl_rows.append(loss - zero_loss)
+        da_rows.append(correct - zero_correct)
+        lines.append(f"| {seed} | {result.rounds[i]} | {zero_loss.mean():.4f} -> "
+                     f"{loss.mean():.4f} | {dl.mean:+.4f} +- {2 * dl.se:.4f} | "
+                     f"{(right - wrong) / len(loss):+.4f} | {right} / {wrong} "
+                     f"({sign_test_p(right, wrong):.3g}) |")
+    seeds = len(result.seeds)
+    lines += ["", f"Across seeds {', '.join(str(s) for s in result.seeds)} (seeds x rows):"]
+    if seeds < 2:
+        return [*lines, f"- fewer than 2 seeds: no test; verdict: {NO_VERDICT}"]
+    loss_test = seed_row_test("loss", dl_rows, lower_is_better=True)
+    acc_test = seed_row_test("accuracy", da_rows, lower_is_better=False)
+    return [*lines, "- " + loss_test.describe(),
+            f"- verdict (loss lower than zero-shot, one-sided, alpha {ALPHA}, at least "
+            f"{MIN_SEEDS} seeds): {verdict(loss_test, seeds)}",
+            "- " + acc_test.describe() + " (secondary, no verdict)"]
+
+
+def _row_range(text: str) -> tuple[int, int]:
+    start, _, stop = text.partition(":")
+    return int(start), int(stop)
+
+
 def _seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s.strip()]
 
@@ -300,7 +555,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     summ = sub.add_parser("summarize", help="per-seed table and the t test across seeds")
     summ.add_argument("--prior", type=Path, help="JSON list of seeds measured before")
     summ.add_argument("--save", type=Path, help="write the seeds tested as a JSON list here")
-    for p in (run_p, summ):
+    conf = sub.add_parser("confirm", help="section 9's test over seeds and held-out rows")
+    conf.add_argument("--rows", type=_row_range, required=True,
+                      help="held-out rows START:STOP of the fixed split")
+    conf.add_argument("--seeds", type=_seeds, required=True,
+                      help="comma-separated run seeds, in the declared order")
+    conf.add_argument("--prior-rows", type=Path, help="per-row results saved before (npz)")
+    conf.add_argument("--save-rows", type=Path, help="write the seeds' per-row results here")
+    for p in (run_p, summ, conf):
         p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")
         p.add_argument("--out", type=Path, required=True, help="folder of the per-seed folders")
     run_p.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
@@ -312,6 +574,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "report":
         print(report_folder(args.out))
+        return 0
+    if args.command == "confirm":
+        try:
+            prior = ConfirmRows.load(args.prior_rows) if args.prior_rows else None
+            result = evaluate_rows(args.out, args.arm, args.seeds, args.rows, prior)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        if args.save_rows:
+            result.save(args.save_rows)
+        print("\n".join(confirm_report(result)))
         return 0
     found = sorted(int(p.name.rsplit("-s", 1)[1]) for p in args.out.glob(f"{args.arm}-s*")
                    if p.name.rsplit("-s", 1)[1].isdigit() and (p / args.arm / "rows.npz").is_file())

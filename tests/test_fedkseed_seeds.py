@@ -114,3 +114,151 @@ def test_summarize_reads_the_seed_folders_and_tests_them_with_the_prior_seeds(
     assert s.main(["summarize", "--out", str(tmp_path), "--seeds", "3,4,5"]) == 1
     with pytest.raises(FileNotFoundError, match="run and report seed 7"):
         s.read_seed(tmp_path, "prompt-fedkseed", 7)
+
+
+def test_the_seed_row_test_matches_a_hand_computation_and_scipy() -> None:
+    s = script()
+    # d = [[-1, -3], [0, -2]]: seed means -2, -1 -> SE_seed = (1/sqrt 2)/sqrt 2 = 0.5; row means
+    # -0.5, -2.5 -> SE_row = sqrt(2)/sqrt(2) = 1; D = -1.5, SE = sqrt(1.25); with 1 df Student's
+    # t is Cauchy: P(T <= t) = 1/2 + atan(t)/pi
+    test = s.seed_row_test("loss", [[-1.0, -3.0], [0.0, -2.0]], lower_is_better=True)
+    t = -1.5 / math.sqrt(1.25)
+    assert (test.seeds, test.rows, test.df) == (2, 2, 1)
+    assert (test.mean, test.se_seed, test.se_row) == (-1.5, pytest.approx(0.5), pytest.approx(1.0))
+    assert test.se == pytest.approx(math.sqrt(1.25)) and test.t == pytest.approx(t)
+    assert test.p == pytest.approx(0.5 + math.atan(t) / math.pi)
+    up = s.seed_row_test("accuracy", [[-1.0, -3.0], [0.0, -2.0]], lower_is_better=False)
+    assert up.p == pytest.approx(0.5 - math.atan(t) / math.pi)
+    # against scipy on an unbalanced random matrix (6 seeds x 50 rows)
+    import statistics
+
+    from scipy.stats import t as student
+
+    d = np.random.default_rng(0).normal(-0.01, 0.05, size=(6, 50)) + np.linspace(-0.02, 0.02, 6)[
+        :, None]
+    test = s.seed_row_test("loss", d.tolist(), lower_is_better=True)
+    se_seed = statistics.stdev(d.mean(axis=1).tolist()) / math.sqrt(6)
+    se_row = statistics.stdev(d.mean(axis=0).tolist()) / math.sqrt(50)
+    se = math.sqrt(se_seed**2 + se_row**2)
+    assert (test.se_seed, test.se_row, test.se) == (pytest.approx(se_seed), pytest.approx(se_row),
+                                                     pytest.approx(se))
+    assert test.p == pytest.approx(float(student.cdf(d.mean() / se, 5)))
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        s.seed_row_test("loss", [[-1.0, -2.0]], lower_is_better=True)
+
+
+def test_the_declared_verdicts() -> None:
+    s = script()
+
+    def test(mean: float, p: float) -> Any:
+        return s.SeedRowTest("loss", 6, 1200, mean, 0.0, 0.0, 1.0, mean, 5, p, True)
+
+    assert s.verdict(test(-0.01, 0.049), 6) == "holds"
+    assert s.verdict(test(-0.01, 0.05), 6) == "not shown"
+    assert s.verdict(test(0.0, 0.5), 6) == "does not hold"
+    assert s.verdict(test(0.002, 0.8), 4) == "does not hold"
+    assert s.verdict(test(-0.01, 0.001), 3) == "no verdict"  # fewer than 4 seeds
+    assert s.verdict(None, 6) == "no verdict"
+
+
+def _confirm_rows(s: Any, seeds: tuple[int, ...], rows: tuple[int, int] = (10, 16)) -> Any:
+    rng = np.random.default_rng(1)
+    r = rows[1] - rows[0]
+    zero = rng.uniform(0.1, 1.0, r).astype(np.float32)
+    zero_correct = np.arange(r) % 3 != 0
+    loss = (zero[None] - rng.uniform(0.0, 0.02, (len(seeds), r))).astype(np.float32)
+    correct = np.tile(zero_correct, (len(seeds), 1))
+    correct[:, 0] = True  # every seed turns row 0 right
+    return s.ConfirmRows(rows, zero, zero_correct, seeds, loss, correct, (3,) * len(seeds))
+
+
+def test_confirm_recomputes_the_test_from_saved_rows_without_a_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = script()
+    saved = tmp_path / "rows.npz"
+    result = _confirm_rows(s, (5, 6, 7, 8))
+    result.save(saved)
+    back = s.ConfirmRows.load(saved)
+    assert (back.rows, back.seeds, back.rounds) == ((10, 16), (5, 6, 7, 8), (3, 3, 3, 3))
+    assert back.loss.dtype == np.float32 and np.array_equal(back.loss, result.loss)
+    assert back.correct.dtype == bool and np.array_equal(back.correct, result.correct)
+    empty = tmp_path / "out"
+    empty.mkdir()
+    args = ["confirm", "--out", str(empty), "--rows", "10:16", "--prior-rows", str(saved)]
+    assert s.main([*args, "--seeds", "5,6,7,8"]) == 0
+    text = capsys.readouterr().out
+    assert text.strip() == "\n".join(s.confirm_report(back))
+    d = (back.loss.astype(np.float64) - back.zero_loss.astype(np.float64))
+    expected = s.seed_row_test("loss", d.tolist(), lower_is_better=True)
+    assert expected.describe() in text and "verdict" in text
+    assert "| 5 | 3 |" in text and "accuracy: D = +0.1667" in text
+    # a subset in the declared order: 3 seeds get no verdict
+    assert s.main([*args, "--seeds", "5,6,7"]) == 0
+    assert "): no verdict" in capsys.readouterr().out
+    # a seed neither run nor saved, or saved rows of another range, is an error
+    assert s.main([*args, "--seeds", "5,6,7,8,9"]) == 1
+    assert "seed(s) [9]" in capsys.readouterr().err
+    assert s.main(["confirm", "--out", str(empty), "--rows", "0:6", "--prior-rows", str(saved),
+                   "--seeds", "5"]) == 1
+    assert "not (0, 6)" in capsys.readouterr().err
+
+
+def test_confirm_evaluates_a_seed_found_in_out_and_checks_it_against_the_saved_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = script()
+    saved = _confirm_rows(s, (5, 6))
+    evaluated: list[tuple[Path, tuple[int, int]]] = []
+
+    class Suite:
+        """The suite's evaluation of a seed folder, with the saved rows as its results."""
+
+        @staticmethod
+        def held_out(rows: tuple[int, int]) -> tuple[int, int]:
+            return rows
+
+        @staticmethod
+        def zero_shot_rows(out: Path, held: tuple[int, int]) -> tuple[Any, Any]:
+            return saved.zero_loss.astype(np.float64), saved.zero_correct
+
+        @staticmethod
+        def final_rows(folder: Path, arm: str, held: tuple[int, int]) -> Any:
+            evaluated.append((folder, held))
+            return 3, (saved.loss[1].astype(np.float64) + shift, saved.correct[1])
+
+    monkeypatch.setattr(s, "load_suite", lambda name: Suite)
+    (s.seed_folder(tmp_path, "prompt-fedkseed", 6) / "prompt-fedkseed" / "checkpoint").mkdir(
+        parents=True)
+    (s.seed_folder(tmp_path, "prompt-fedkseed", 6) / "prompt-fedkseed" / "checkpoint"
+     / "meta.json").write_text("{}")
+    shift = 0.0
+    result = s.evaluate_rows(tmp_path, "prompt-fedkseed", [5, 6], (10, 16), saved)
+    assert evaluated == [(s.seed_folder(tmp_path.resolve(), "prompt-fedkseed", 6), (10, 16))]
+    assert np.array_equal(result.loss, saved.loss) and result.seeds == (5, 6)
+    shift = 1e-3  # the folder's model is not the one whose rows were saved
+    with pytest.raises(ValueError, match="seed 6: the rows evaluated here differ"):
+        s.evaluate_rows(tmp_path, "prompt-fedkseed", [5, 6], (10, 16), saved)
+    # without the saved rows, seed 5 has no results
+    with pytest.raises(ValueError, match=r"seed\(s\) \[5\]"):
+        s.evaluate_rows(tmp_path, "prompt-fedkseed", [5, 6], (10, 16))
+
+
+CONFIRMED = PRIOR.parent / "prompt-fedkseed-rows-400-1600.npz"
+#: RESULTS.md fedkseed 9: seeds, D, SE_seed, SE_row, SE, t, p (loss), D and p (accuracy).
+SECTION_9 = ((5, 6, 7, 8, 9, 10), -0.0058, 0.0012, 0.0013, 0.0018, -3.31, 0.0106, 0.0074, 0.085)
+
+
+def test_the_committed_rows_reproduce_section_9_with_no_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = script()
+    seeds, d, se_seed, se_row, se, t, p, acc, acc_p = SECTION_9
+    saved = s.ConfirmRows.load(CONFIRMED)
+    assert saved.rows == (400, 1600) and saved.seeds == seeds
+    assert saved.loss.shape == (len(seeds), 1200) and saved.rounds == (3,) * len(seeds)
+    assert s.main(["confirm", "--out", str(tmp_path), "--rows", "400:1600", "--seeds",
+                   ",".join(map(str, seeds)), "--prior-rows", str(CONFIRMED)]) == 0
+    text = capsys.readouterr().out
+    assert (f"loss: D = {d:+.4f} over {len(seeds)} seeds x 1200 rows, SE_seed {se_seed:.4f}, "
+            f"SE_row {se_row:.4f}, SE {se:.4f}, t = {t:.2f} ({len(seeds) - 1} df), one-sided "
+            f"p = P(T <= t) = {p:.3g}") in text
+    assert "at least 4 seeds): holds" in text
+    assert f"accuracy: D = {acc:+.4f}" in text and f"= {acc_p:.3g} (secondary" in text

@@ -242,3 +242,28 @@ def test_the_suite_rebuilds_fedkseeds_final_model_as_the_nodes_evaluated_it(
     (folder / suite.ROWS_FILE).write_bytes(b"PK\x03\x04 truncated")
     rebuilt = suite.final_rows(tmp_path, "prompt-fedkseed")
     assert rebuilt is not None and np.allclose(rebuilt[1][0], loss)
+    # a range of held-out rows (RESULTS.md fedkseed 9): the same rebuilt model and the same
+    # zero-shot model on those rows only, each cached in a file of its own
+    n = len(loss)
+    part = suite.final_rows(tmp_path, "prompt-fedkseed", suite.held_out((1, n)))
+    assert part is not None and part[0] == 2
+    assert np.allclose(part[1][0], loss[1:], atol=1e-5) and np.array_equal(part[1][1], correct[1:])
+    assert (folder / f"rows_1-{n}.npz").is_file() and len(np.load(folder / "rows.npz")["loss"]) == n
+    zero_part, _ = suite.zero_shot_rows(tmp_path, suite.held_out((1, n)))
+    assert np.allclose(zero_part, zero_loss[1:], atol=1e-5)
+    assert (tmp_path / f"zero_shot_rows_1-{n}.npz").is_file()
+    with pytest.raises(ValueError, match=f"has {n} held-out rows"):
+        suite.held_out((0, n + 1)).arrays()
+    with pytest.raises(ValueError, match="0 <= start < stop"):
+        suite.held_out((3, 3))
+
+
+@pytest.mark.slow
+def test_a_held_out_range_reads_the_same_fixed_split_past_the_tasks_own_rows() -> None:
+    from bouquet.apps.bench import load_suite
+
+    x, y = load_suite("fedkseed").held_out((300, 1600)).arrays()
+    task = RtSmolLM()
+    assert len(y) == 1300 and len(task.data.y_test) == task.test_rows == RtSmolLM.test_rows == 400
+    assert np.array_equal(x[:100], task.data.x_test[300:])
+    assert np.array_equal(y[:100], task.data.y_test[300:])
