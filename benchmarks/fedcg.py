@@ -115,6 +115,54 @@ def _fmt(x: float | None, unit: str = "", digits: int = 3) -> str:
     return "—" if x is None else f"{x:.{digits}g}{unit}"
 
 
+def _to_target(summary: Mapping[str, Any]) -> float | None:
+    value = lookup(summary, "time.sim_time_to_target_s")
+    return None if value is None else float(value)
+
+
+def per_seed(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Markdown: simulated time to target (round) of every arm and seed ("never": not reached)."""
+    arms: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for run, summary in summaries.items():
+        arm, _, seed = run.rpartition("-s")
+        arms.setdefault(arm, {})[int(seed)] = summary
+    seeds = sorted({s for by_seed in arms.values() for s in by_seed})
+    rows = ["| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+            "|---|" + "---|" * len(seeds)]
+    for arm, by_seed in arms.items():
+        cells = []
+        for s in seeds:
+            t = _to_target(by_seed[s]) if s in by_seed else None
+            cells.append("not run" if s not in by_seed else "never" if t is None else
+                         f"{t:.4g} ({lookup(by_seed[s], 'target.round')})")
+        rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def paired(summaries: Mapping[str, Mapping[str, Any]], mine: str, rival: str) -> str:
+    """FedCG against one rival, seed by seed: wins, losses and ties in time to target.
+
+    A seed counts when both arms ran it; reaching the target beats never reaching it, two arms
+    that never reach it tie.
+    """
+    wins = losses = ties = 0
+    for run, summary in summaries.items():
+        arm, _, seed = run.rpartition("-s")
+        other = summaries.get(f"{rival}-s{seed}")
+        if arm != mine or other is None:
+            continue
+        a, b = _to_target(summary), _to_target(other)
+        if a == b:  # both never (or the same time)
+            ties += 1
+        elif b is None or (a is not None and a < b):
+            wins += 1
+        else:
+            losses += 1
+    n = wins + losses + ties
+    return (f"{mine} vs {rival}: {wins} wins, {losses} losses, {ties} ties over {n} paired seeds"
+            if n else f"{mine} vs {rival}: no paired seed")
+
+
 def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     """Per arm (mean over seeds): time and uplink to target, round time, straggler gap, ratios."""
     arms: dict[str, list[str]] = {}
@@ -153,7 +201,13 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                  "uplink (the table above) and the mean round time, straggler gap and keep-ratio "
                  "(this table) cover the rounds up to the stop, not the round cap. Time, uplink "
                  "and rounds to the target are unchanged by the stop.", ""]
-    text += ["Checks against what the paper leads us to expect:", ""]
+    text += ["Simulated time to target (s), per seed, with the round that reached it:", "",
+             *per_seed(summaries), "", "Paired by seed (time to target; fedcg first):", ""]
+    for suffix in ("", "-fixed"):
+        for rival in ("select-only", "lp-only-warm", "fedavg"):
+            if f"fedcg{suffix}" in arms and f"{rival}{suffix}" in arms:
+                text.append(f"- {paired(summaries, f'fedcg{suffix}', f'{rival}{suffix}')}.")
+    text += ["", "Checks against what the paper leads us to expect:", ""]
 
     def ratio_of(a: str, b: str, key: str) -> float | None:
         x, y = stats.get(a, {}).get(key), stats.get(b, {}).get(key)

@@ -163,6 +163,21 @@ def test_fedcg_full_variant_stops_at_its_target_and_the_report_says_so(tmp_path:
     text = suite.report(summaries, tmp_path)
     assert "1 of 2 runs stopped at the round that reached the target" in text
     assert "stopped" not in suite.report({"fedavg-s0": summaries["fedavg-s0"]}, tmp_path)
+    assert "| fedcg | 50 (5) |" in text and "| fedavg | never |" in text
+    assert "fedcg vs fedavg: 1 wins, 0 losses, 0 ties over 1 paired seeds" in text
+
+
+def test_fedcg_pairs_seeds_reaching_beats_never_and_two_nevers_tie() -> None:
+    suite = load_suite("fedcg")
+
+    def s(t: float | None) -> dict[str, Any]:
+        return {"time": {"sim_time_to_target_s": t}}
+
+    runs = {"fedcg-s0": s(10.0), "fedcg-s1": s(30.0), "fedcg-s2": s(None), "fedcg-s3": s(None),
+            "a-s0": s(20.0), "a-s1": s(20.0), "a-s2": s(5.0), "a-s3": s(None)}
+    assert suite.paired(runs, "fedcg", "a") == (
+        "fedcg vs a: 1 wins, 2 losses, 1 ties over 4 paired seeds")
+    assert suite.paired(runs, "fedcg", "b") == "fedcg vs b: no paired seed"
 
 
 def test_fedkseed_prompt_arms_share_clients_rounds_and_evaluation() -> None:
