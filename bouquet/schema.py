@@ -215,6 +215,10 @@ class CommonConfig:
     target_accuracy: float = key(
         0.0, "accuracy at which time/bytes-to-target are reported; 0 disables", min=0.0, max=1.0
     )
+    stop_at_target: bool = key(
+        False, "end the run after the first round whose evaluated accuracy reaches "
+        "target-accuracy (summary.json: stopped_at_target; the checkpoint of that round is "
+        "kept); false runs every round")
     max_num_examples: int = key(
         0, "largest num-examples weight a node may claim (at hello or in a reply); 0: no absolute "
         "cap (the weight-cap-factor rule still applies)", min=0)

@@ -151,6 +151,35 @@ def test_fedcg_suite_runs_every_arm_over_three_seeds_in_both_variants() -> None:
         assert seeds and all(s == {0, 1, 2} for s in seeds.values())
 
 
+def test_fedcg_full_variant_stops_at_its_target_and_the_report_says_so(tmp_path: Path) -> None:
+    """Time to target needs a run only up to the target; best/totals then end at the stop."""
+    suite = load_suite("fedcg")
+    assert all(r.config["stop-at-target"] and r.config["num-server-rounds"] == 100
+               for r in suite.runs(False))
+    assert not any(r.config.get("stop-at-target") for r in suite.runs(True))
+    run = {"time": {"sim_time_to_target_s": 50.0}, "target": {"round": 5, "up_bytes": 10}}
+    summaries = {"fedcg-s0": {**run, "stopped_at_target": {"round": 5}},
+                 "fedavg-s0": {"time": {"sim_time_to_target_s": None}, "target": {"round": None}}}
+    text = suite.report(summaries, tmp_path)
+    assert "1 of 2 runs stopped at the round that reached the target" in text
+    assert "stopped" not in suite.report({"fedavg-s0": summaries["fedavg-s0"]}, tmp_path)
+    assert "| fedcg | 50 (5) |" in text and "| fedavg | never |" in text
+    assert "fedcg vs fedavg: 1 wins, 0 losses, 0 ties over 1 paired seeds" in text
+
+
+def test_fedcg_pairs_seeds_reaching_beats_never_and_two_nevers_tie() -> None:
+    suite = load_suite("fedcg")
+
+    def s(t: float | None) -> dict[str, Any]:
+        return {"time": {"sim_time_to_target_s": t}}
+
+    runs = {"fedcg-s0": s(10.0), "fedcg-s1": s(30.0), "fedcg-s2": s(None), "fedcg-s3": s(None),
+            "a-s0": s(20.0), "a-s1": s(20.0), "a-s2": s(5.0), "a-s3": s(None)}
+    assert suite.paired(runs, "fedcg", "a") == (
+        "fedcg vs a: 1 wins, 2 losses, 1 ties over 4 paired seeds")
+    assert suite.paired(runs, "fedcg", "b") == "fedcg vs b: no paired seed"
+
+
 def test_fedkseed_prompt_arms_share_clients_rounds_and_evaluation() -> None:
     suite = load_suite("fedkseed")
     for quick in (True, False):

@@ -204,8 +204,10 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     """What ``reuse`` does with the folder ``out/<run.name>``: ``run``, ``reuse`` or ``resume``.
 
     ``run``: the folder holds no round. ``reuse``: its ``summary.json`` covers every round the
-    configuration asks for. ``resume``: it holds fewer rounds (a run stopped midway, or a
-    finished run given more rounds now); the run continues from its checkpoint.
+    configuration asks for, or records that the run stopped at its target (``stop-at-target``;
+    the option must match, as every key but :data:`REUSE_MAY_DIFFER`). ``resume``: it holds
+    fewer rounds (a run stopped midway, or a finished run given more rounds now); the run
+    continues from its checkpoint.
 
     Raises
     ------
@@ -224,6 +226,7 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     from bouquet.apps.recorder import CHECKPOINT_DIR
     from bouquet.apps.resume import config_differences, plan_change
     from bouquet.apps.runner import used_run_files
+    from bouquet.apps.target_stop import STOP_KEY
     from bouquet.strategies.checkpoint import load_checkpoint
 
     run_dir = out / run.name
@@ -241,12 +244,13 @@ def earlier_run(run: BenchRun, out: Path) -> str:
     if why is not None:
         raise ValueError(f"{why} (or remove {run_dir}, or use another output folder)")
     summary = run_dir / "summary.json"
-    done = int(json.loads(summary.read_text()).get("rounds", 0)) if summary.is_file() else 0
+    data = json.loads(summary.read_text()) if summary.is_file() else {}
+    done = int(data.get("rounds", 0))
     wanted = cfg.common.num_server_rounds
     if done > wanted:
         raise ValueError(f"{run_dir} holds {done} rounds, this configuration asks for {wanted}; "
                          "remove it or use another output folder")
-    if done == wanted:
+    if done == wanted or STOP_KEY in data:  # every round, or stopped at its target (finished)
         return "reuse"
     load_checkpoint(run_dir / CHECKPOINT_DIR)  # a run that cannot continue stops the plan here
     return "resume"

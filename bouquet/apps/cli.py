@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.config import ConfigError, all_keys, name_run, pin_presets, resolve
+from bouquet.apps.config import ConfigError, RunConfig, all_keys, name_run, pin_presets, resolve
 from bouquet.apps.prestart import StartupError, check_engine, check_local_nodes
 from bouquet.apps.registry import methods, tasks
 from bouquet.strategies.checkpoint import CheckpointError
@@ -93,12 +93,27 @@ def _outcome(summary: Path) -> int:
     return 0
 
 
+def _finished(resolved: RunConfig) -> Path | None:
+    """The summary of a resumed run that already stopped at its target (then nothing starts)."""
+    from bouquet.apps.runner import stopped_summary
+
+    summary = stopped_summary(resolved)
+    if summary is not None:
+        print(f"bouquet: {summary.parent} is finished: it stopped at target-accuracy "
+              f"{resolved.common.target_accuracy} (stop-at-target); nothing to resume (set "
+              "stop-at-target=false to run its remaining rounds)", file=sys.stderr)
+    return summary
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one method in simulation (``flwr run``) or on the in-process grid."""
     from bouquet.apps.runner import precheck, run_dir_for
 
     cfg = name_run(_overrides(args))
     resolved = precheck(cfg, num_nodes=args.clients)  # mistakes known now stop before start-up
+    finished = _finished(resolved)
+    if finished is not None:
+        return _outcome(finished)
     check_engine(args.engine)
     check_local_nodes(resolved)
     if args.engine == "inprocess":
@@ -124,7 +139,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from bouquet.apps.runner import precheck
 
     cfg = _overrides(args)
-    check_local_nodes(precheck(cfg, num_nodes=args.nodes))
+    resolved = precheck(cfg, num_nodes=args.nodes)
+    finished = _finished(resolved)
+    if finished is not None:
+        return _outcome(finished)
+    check_local_nodes(resolved)
     summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep)
     return _outcome(summary)
 

@@ -198,13 +198,19 @@ class ResultsWriter:
         return path
 
 
+def reached(record: Mapping[str, Any], target: float, key: str = "accuracy") -> bool:
+    """Whether one round's metrics reach ``target`` in ``key`` (a number ``>= target``)."""
+    value = record.get(key)
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= target
+
+
 def to_target(records: list[dict[str, Any]], target: float, key: str = "accuracy") -> dict[str, Any]:
     """Round, cumulative uplink bytes and wall time when ``key`` first reached ``target``."""
     up, wall = 0, 0.0
     for r in records:
         up += int(r["up_bytes"])
         wall += float(r.get("wall_s", 0.0))
-        if isinstance(r.get(key), int | float) and r[key] >= target:
+        if reached(r, target, key):
             return {"accuracy": target, "round": r["round"], "up_bytes": up,
                     "wall_s": round(wall, 3), "sim_time_s": r.get("sim_time_cum_s")}
     return {"accuracy": target, "round": None, "up_bytes": None, "wall_s": None,

@@ -32,7 +32,7 @@ CONFIG_FILE = "config.yaml"
 #: waits, how many rounds in all. Everything else shapes the numbers and must match.
 MAY_CHANGE = frozenset({
     "num-server-rounds", "resume-from", "run-name", "results-dir", "round-timeout",
-    "sample-deadline", "min-train-nodes", "target-accuracy", "preset",
+    "sample-deadline", "min-train-nodes", "target-accuracy", "stop-at-target", "preset",
 })
 
 #: The checkpoint ``extra`` entries that name the run (checked on resume).

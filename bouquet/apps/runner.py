@@ -10,6 +10,7 @@ and ``summary.json`` is written at the end.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,13 @@ from bouquet.apps.recorder import CHECKPOINT_DIR, RunRecorder, say
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import default_results_dir, default_run_name
 from bouquet.apps.resume import check_resume, checkpoint_identity
+from bouquet.apps.target_stop import STOP_KEY, StopAtTarget, finished_round, stop_entry
 from bouquet.strategies.arguments import StrategySetup
 from bouquet.strategies.base import BouquetStrategy
 from bouquet.strategies.checkpoint import load_checkpoint
 from bouquet.strategies.directory import NotEnoughNodes
 from bouquet.strategies.initial_model import initial_arrays_from_nodes
-from bouquet.strategies.rounds import EvaluateFn
+from bouquet.strategies.rounds import EvaluateFn, RoundCallback
 from bouquet.wire.arrays import to_numpy, to_record
 
 
@@ -279,6 +281,8 @@ def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | Non
     cfg = resolve(run_config, explicit)
     if explicit is not None:
         node_view_agrees(run_config, cfg)
+    if cfg.common.stop_at_target and cfg.common.target_accuracy <= 0:
+        raise ConfigError("stop-at-target: set target-accuracy (above 0) to stop at")
     run_dir = run_dir_for(cfg, run_id)
     resumed = load_checkpoint(run_dir / CHECKPOINT_DIR) if cfg.common.resume_from else None
     if resumed is not None:
@@ -295,6 +299,43 @@ def checked_start(run_config: Mapping[str, Any], explicit: Collection[str] | Non
 def precheck(overrides: Mapping[str, Any], num_nodes: int | None = None) -> RunConfig:
     """What :func:`execute` checks first, run by the CLI before any process starts."""
     return checked_start(full_run_config(overrides), list(overrides), num_nodes)[0]
+
+
+def stopped_summary(cfg: RunConfig) -> Path | None:
+    """``summary.json`` of the folder ``cfg`` resumes when that run ended at its target, else None.
+
+    A run stopped by ``stop-at-target`` is finished; resuming it with ``stop-at-target`` still
+    on has nothing to run (with it off, the run continues to ``num-server-rounds``).
+    """
+    if not (cfg.common.stop_at_target and cfg.common.resume_from):
+        return None
+    path = run_dir_for(cfg) / "summary.json"
+    try:
+        stopped = STOP_KEY in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return path if stopped else None
+
+
+def finish_stopped(recorder: RunRecorder, strategy: BouquetStrategy, cfg: RunConfig) -> Path | None:
+    """Resuming a run whose recorded rounds reached the target (``stop-at-target``): finish it.
+
+    Returns the path of ``summary.json`` (kept if it already records the stop, else written with
+    the ``stopped_at_target`` entry) or None when the run has rounds to go.
+    """
+    if not cfg.common.stop_at_target:
+        return None
+    first = finished_round(recorder.writer.records, cfg.common.target_accuracy)
+    if first is None:
+        return None
+    say(f"{recorder.run_dir} is finished: accuracy reached target-accuracy "
+        f"{cfg.common.target_accuracy} in round {first['round']} (stop-at-target); nothing to "
+        "run (resume with stop-at-target=false to run the remaining rounds)")
+    kept = stopped_summary(cfg)
+    if kept is not None:
+        return kept
+    entry = stop_entry(first, cfg.common.target_accuracy, cfg.common.num_server_rounds)
+    return recorder.finish(strategy, {**strategy.summary_extras(), STOP_KEY: entry})
 
 
 def central_evaluation(task: Any) -> EvaluateFn:
@@ -329,22 +370,34 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
         restore_strategy(strategy, resumed[1], run_dir)
         recorder.headline = [str(h) for h in resumed[2].get("headline", [])]
         recorder.resume(resumed[0])
+        done = finish_stopped(recorder, strategy, cfg)
+        if done is not None:
+            return done
         say(f"resuming {run_dir} after round {resumed[0]}")
 
     rounds = cfg.common.num_server_rounds
-    say(f"{cfg.method.name} on {cfg.task_name}: {rounds} rounds, evaluation {mode}, "
+    stopper = (StopAtTarget(cfg.common.target_accuracy, rounds)
+               if cfg.common.stop_at_target else None)
+    until = f", stopping at accuracy {cfg.common.target_accuracy}" if stopper else ""
+    say(f"{cfg.method.name} on {cfg.task_name}: {rounds} rounds{until}, evaluation {mode}, "
         f"results in {run_dir}")
     progress = RunProgress(rounds)
+    callbacks: list[RoundCallback] = [recorder, progress, *([stopper] if stopper else [])]
     try:
         strategy.start(grid=grid, num_rounds=rounds, timeout=cfg.common.round_timeout,
                        evaluate_fn=central_evaluation(task) if mode == "central" else None,
-                       first_round=recorder.last_round + 1, callbacks=[recorder, progress])
+                       first_round=recorder.last_round + 1, callbacks=callbacks)
     except NotEnoughNodes as exc:
         progress.close()
         stop_for_lack_of_nodes(recorder, strategy, run_dir, exc, deployment=is_deployment(grid))
         raise
     finally:
         progress.close()  # a live bar gives the terminal back also on an error or Ctrl-C
+    if stopper is not None and stopper.entry is not None:
+        path = recorder.finish(strategy, {**strategy.summary_extras(), STOP_KEY: stopper.entry})
+        say(f"stopped at the target after round {stopper.entry['round']} of {rounds}; "
+            f"summary: {path}")
+        return path
     path = recorder.finish(strategy)
     say(f"summary: {path}")
     return path

@@ -126,7 +126,9 @@ class FlowerStrategyAPI(Strategy):
         run restored with :meth:`load_state_dict`; each of ``callbacks`` is called as
         ``callback(strategy, report)`` with a :class:`~bouquet.strategies.rounds.RoundReport`
         after every round (bouquet's results files, checkpoints and progress lines are such
-        callbacks, :mod:`bouquet.apps.recorder`).
+        callbacks, :mod:`bouquet.apps.recorder`); a callback that raises
+        :class:`~bouquet.strategies.rounds.StopRun` ends the run after that round
+        (:class:`~bouquet.apps.target_stop.StopAtTarget` does at a target accuracy).
         """
         strategy = _bouquet(self)
         return run_rounds(strategy, grid, initial_arrays, num_rounds, timeout, train_config,

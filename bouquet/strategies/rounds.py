@@ -7,6 +7,8 @@ what a bouquet run needs without a private loop: ``first_round`` (resume after a
 and ``callbacks`` called after each round with a :class:`RoundReport` (results files,
 checkpoints and progress lines are callbacks, see :mod:`bouquet.apps.runner`); a callback may
 also hear the start of each round and the wait for nodes (:mod:`bouquet.strategies.observers`).
+A callback that raises :class:`StopRun` ends the run after the round it was called for (every
+callback still hears that round); ``start()`` then returns the ``Result`` so far.
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ class RoundReport:
 
 
 RoundCallback = Callable[["BouquetStrategy", RoundReport], None]
+
+
+class StopRun(Exception):
+    """Raised by a round callback to end the run after the current round.
+
+    The remaining callbacks still get the round's report, then the round loop returns Flower's
+    ``Result`` of the rounds done; ``str(exc)`` says why (logged).
+    """
 
 
 def scalars(record: MetricRecord | None) -> dict[str, float]:
@@ -130,7 +140,14 @@ def _run_rounds(strategy: BouquetStrategy, grid: Grid, initial_arrays: ArrayReco
                              central=central, wall_s=0.0)
         strategy.observe_evaluation(rnd, report.evaluation())
         report.wall_s = round(time.monotonic() - t0, 3)
+        stop: StopRun | None = None
         for callback in callbacks:
-            callback(strategy, report)
+            try:
+                callback(strategy, report)
+            except StopRun as exc:
+                stop = stop or exc
+        if stop is not None:
+            log.info("run stopped after round %d of %d: %s", rnd, num_rounds, stop)
+            break
     return result
 
