@@ -170,6 +170,46 @@ def test_the_stdlib_gaussian_profile_matches_scipys(eps: float, delta: float) ->
     assert reported == pytest.approx(scipy_eps, rel=1e-9) and reported <= eps
 
 
+def _exact_delta_at(epsilon: float, mu: float) -> float:
+    """The analytic Gaussian profile at 60 digits (mpmath), no cancellation, no underflow."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(60):
+        e, m = mpmath.mpf(epsilon), mpmath.mpf(mu)
+        return float(mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2))
+
+
+@pytest.mark.parametrize("mu,delta", [(2.0, 1e-300), (0.1, 1e-300), (1e-5, 1e-10),
+                                      (1e-3, 1e-15), (1e-12, 1e-15), (1e-8, 1e-10)])
+def test_reported_epsilon_is_never_below_the_exact_one(mu: float, delta: float) -> None:
+    """``epsilon_at`` holds for the exact profile, also where its terms cancel or reach subnormals.
+
+    (2, 1e-300): the second term's ``Phi`` was a subnormal float, too large by a factor, and the
+    reported epsilon gave a true delta 5e8 times the target; small ``mu``: the two terms cancel.
+    """
+    assert _exact_delta_at(gaussian.epsilon_at(mu, delta), mu) <= delta
+
+
+@pytest.mark.parametrize("eps,delta", [(705.0, 1e-15), (1e-8, 1e-10), (1e-8, 1e-30),
+                                       (700.0, 1e-15), (1.0, 1e-5)])
+def test_calibrated_mu_never_exceeds_the_exact_one(eps: float, delta: float) -> None:
+    """``mu_for`` keeps the exact profile at most the target (705: a subnormal ``Phi`` had it
+    0.25% above; 1e-8: cancellation)."""
+    assert _exact_delta_at(eps, gaussian.mu_for(eps, delta)) <= delta
+
+
+def test_gaussian_profile_refuses_what_is_not_a_number() -> None:
+    """A ``nan`` noise reported epsilon 0 (every comparison false); an infinite target gave
+    ``mu = 0``. Both are refused."""
+    with pytest.raises(ValueError):
+        gaussian.epsilon_at(math.nan, 1e-5)
+    with pytest.raises(ValueError):
+        gaussian.delta_at(1.0, math.nan)
+    with pytest.raises(ValueError):
+        gaussian.mu_for(math.nan, 1e-5)
+    with pytest.raises(ValueError):
+        gaussian.mu_for(math.inf, 1e-5)
+
+
 def test_calibrating_the_tree_noise_imports_no_scipy() -> None:
     """A silo's message calibrates ``node_sigma``: it must not pay scipy's import (issue 17)."""
     import subprocess

@@ -350,6 +350,30 @@ def test_a_new_run_under_the_same_name_does_not_inherit_the_calibration(tmp_path
     assert "dp.calibration" in back.state  # a resume restores it, and the node checks it
 
 
+def test_a_resume_before_every_saved_round_keeps_the_calibration(tmp_path: Path) -> None:
+    """Every saved version is of a round the resumed server never finished: the accountant alone
+    used to be carried, so the node's calibration record was lost and the resumed run could
+    recalibrate the noise unchecked. Both are carried now (a new run still inherits neither)."""
+    from bouquet.clients.persistence import ACCOUNTANT_KEY
+
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    for rnd in (2, 3):
+        restore(ctx, store, rnd)
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps([[1.0, 0.1, 10 * rnd]])})
+        ctx.state["dp.calibration"] = ConfigRecord({"noise-multiplier": 1.0, "rounds": 3})
+        ctx.state["dp-fedlinucb-ldp.calibration"] = ConfigRecord({"levels": 2, "sigma": 2.5})
+        persist(ctx, store, rnd)
+    back = _context(8)
+    assert restore(back, NodeStore(tmp_path / "p0", 0, 8, resumed=True), 2) is None
+    assert ACCOUNTANT_KEY in back.state
+    assert dict(back.state["dp.calibration"]) == {"noise-multiplier": 1.0, "rounds": 3}
+    assert dict(back.state["dp-fedlinucb-ldp.calibration"]) == {"levels": 2, "sigma": 2.5}
+    again = _context(9)  # and it is on the disk under the resumed run
+    restore(again, NodeStore(tmp_path / "p0", 0, 8, resumed=True), 2)
+    assert "dp.calibration" in again.state
+
+
 # --------------------------------------------------------------------------- lacking nodes
 def test_too_few_nodes_stops_with_a_usable_checkpoint(tmp_path: Path) -> None:
     over = {"num-server-rounds": 3, "min-train-nodes": 3, "sample-deadline": 1.0,

@@ -39,7 +39,9 @@ Which version is restored (a node with no ``bouquet.persistence`` marker in ``co
   accountant of any version (:func:`carry_spent_privacy`), is re-saved under this run and
   flushed to the disk *before* anything is deleted, also when only the accountant is carried
   (every version was of a later round): the node may die at any point and still restore the
-  whole privacy it spent;
+  whole privacy it spent. Its noise calibration records (``<namespace>.calibration``) are
+  carried the same way (:func:`carry_calibrations`), so that it still refuses a recalibrated
+  noise;
 * none, and a new run: no model state; stale versions of an earlier run with the same name are
   deleted, but the longest privacy accountant among them (if any) is carried, the same way: it
   is saved under this run as a version of round ``rnd - 1`` (round 0 for the first message),
@@ -79,6 +81,9 @@ from bouquet.strategies.checkpoint import (
 #: The DP accountant's record in ``context.state`` (privacy/accountant.py: ``NodeState(context,
 #: "dp")``, record ``accountant``): its history only ever grows.
 ACCOUNTANT_KEY = "dp.accountant"
+#: Ending of the ``context.state`` records that hold the noise calibration of a client's
+#: releases in a run (``dp.calibration``, ``<method>.calibration``).
+CALIBRATION_SUFFIX = ".calibration"
 #: ``context.state`` record that marks a context as already restored (never persisted itself).
 MARKER = "bouquet.persistence"
 #: How many versions a partition's folder keeps.
@@ -316,6 +321,31 @@ def carry_spent_privacy(store: NodeStore, done: list[Version], restored: RecordD
     return out
 
 
+def carry_calibrations(store: NodeStore, done: list[Version], restored: RecordDict | None
+                       ) -> RecordDict | None:
+    """Put the newest saved ``<namespace>.calibration`` records into ``restored`` (same run only).
+
+    A calibration record (the noise a client's releases used:
+    :func:`bouquet.privacy.accountant.keep_calibration`, ``clients.linucb.keep_calibration``)
+    is written once, at a node's first release in a run, and never changes, so any version's
+    copy is the run's. A resume whose every version is of a round the server never finished
+    restores no model state, but must keep these records: without them the node would accept
+    a recalibrated noise for the same run. A new run of the same name does not inherit them.
+    """
+    found: dict[str, ConfigRecord] = {}
+    for version in reversed(done):  # newest first
+        for name, rec in store.load(version).config_records.items():
+            if name.endswith(CALIBRATION_SUFFIX):
+                found.setdefault(name, rec)
+    if not found:
+        return restored
+    out = restored if restored is not None else RecordDict()
+    for name, rec in found.items():
+        if name not in out:
+            out[name] = rec
+    return out
+
+
 def _marker(digest: str, restored: int) -> ConfigRecord:
     return ConfigRecord({"digest": digest, "restored-round": restored})
 
@@ -349,6 +379,8 @@ def restore(context: Context, store: NodeStore, rnd: int) -> int | None:
         chosen = candidates[-1] if candidates else None
     restored: RecordDict | None = store.load(chosen) if chosen is not None else None
     restored = carry_spent_privacy(store, done, restored)
+    if mine or store.resumed:  # the same run: its calibration holds (a new run: not inherited)
+        restored = carry_calibrations(store, mine or done, restored)
     if restored is not None:
         for k in list(context.state.keys()):
             del context.state[k]
