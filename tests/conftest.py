@@ -13,6 +13,13 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("BOUQUET_TORCH_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from suite_order import longest_first  # noqa: E402  (tests/ is on the path only from here)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Hand the long tests to the xdist workers first (tests/suite_order.py)."""
+    items[:] = longest_first(items)
+
 
 @pytest.fixture
 def no_rt_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:

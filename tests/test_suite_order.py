@@ -1,0 +1,44 @@
+"""The suite hands its longest tests to the xdist workers first (tests/suite_order.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from suite_order import longest_first, rank
+
+TESTS = Path(__file__).resolve().parent
+
+
+class FakeItem:
+    def __init__(self, name: str, *markers: str) -> None:
+        self.name, self.markers = name, set(markers)
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.markers else None
+
+
+def test_grouped_then_slow_then_quick_keeping_the_collection_order() -> None:
+    items = [FakeItem("a"), FakeItem("b", "slow"), FakeItem("c", "xdist_group", "slow"),
+             FakeItem("d"), FakeItem("e", "slow"), FakeItem("f", "xdist_group")]
+    assert [i.name for i in longest_first(items)] == ["c", "f", "b", "e", "a", "d"]
+    assert [rank(i) for i in items] == [2, 1, 0, 2, 1, 0]
+
+
+def test_the_collected_suite_starts_with_the_fleet_groups() -> None:
+    """The real collection: the fleet tests (the last files alphabetically) come first."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", str(TESTS)],
+                          capture_output=True, text=True, timeout=300, cwd=TESTS.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    fleet = {i for i, line in enumerate(ids)
+             if "test_reliability_deploy.py::" in line
+             or "test_the_built_fab_runs_on_a_real_fleet" in line
+             or "test_deploy_local_over_tls_with_authentication" in line}
+    assert len(fleet) == 4, [ids[i] for i in sorted(fleet)]
+    assert fleet == set(range(4)), [ids[i] for i in range(6)]
+    first_quick = next(i for i, line in enumerate(ids) if "test_suite_order.py::" in line)
+    assert any("test_examples.py::" in line for line in ids[:first_quick])
+
