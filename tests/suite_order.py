@@ -1,9 +1,10 @@
 """The order in which the suite hands its tests to pytest-xdist (issue 17, target 6).
 
-With ``--dist loadgroup`` xdist 3.8 deals the tests out in collection order, one scope at a
-time, so the two fleet groups (``fleet``, ``fleet-healthy``: 4-5 minutes each, mostly waiting on
-Flower's 3 s polls and round timeouts) came from the last files collected and ran alone at the
-end while the other workers had finished (measured: benchmarks/RESULTS.md, perf-tests). Longest
+With ``--dist loadgroup`` xdist 3.8 was seen dealing the tests out in collection order (its
+``--loadscope-reorder`` sorts scopes by size, but that did not put the fleet groups first in
+practice: on a toy suite and in a whole-suite run the ``fleet`` group, 4-5 minutes mostly waiting
+on Flower's 3 s polls and round timeouts, started late and ran alone at the end;
+benchmarks/RESULTS.md, perf-tests). Longest
 first is the usual remedy for such a makespan: grouped tests first, then the other ``slow``
 ones (real Flower processes, real models), then the quick ones, which fill the gaps at the end.
 """
