@@ -46,12 +46,12 @@ demo: setup
 	  --set preset=label-skew
 
 # The suite runs on one worker more than the machine has cores (pytest-xdist; PYTEST_WORKERS=0
-# runs it in one process): the two fleet groups start first (xdist orders the groups by size) and
-# spend most of their time in Flower's 3 s polls and round timeouts, so a third worker keeps the
-# cores busy meanwhile (benchmarks/RESULTS.md, perf-tests). Tests that must not overlap share an
+# runs it in one process): the fleet groups and other slow tests are handed out first
+# (tests/suite_order.py) and spend much of their time in Flower's 3 s polls and round timeouts,
+# so the extra worker keeps the cores busy meanwhile (benchmarks/RESULTS.md, perf-tests). Tests that must not overlap share an
 # xdist_group ("fleet": the reliability fleets, one at a time; "fleet-healthy": the tests that
 # share one healthy fleet, tests/conftest.py).
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: setup system-deps lint

@@ -27,7 +27,7 @@ def test_grouped_then_slow_then_quick_keeping_the_collection_order() -> None:
 
 
 def test_the_collected_suite_starts_with_the_fleet_groups() -> None:
-    """The real collection: the fleet tests (the last files alphabetically) come first."""
+    """The real collection: the four fleet tests come first, other slow tests before quick ones."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                            "-p", "no:cacheprovider", str(TESTS)],
                           capture_output=True, text=True, timeout=300, cwd=TESTS.parent)
@@ -41,4 +41,3 @@ def test_the_collected_suite_starts_with_the_fleet_groups() -> None:
     assert fleet == set(range(4)), [ids[i] for i in range(6)]
     first_quick = next(i for i, line in enumerate(ids) if "test_suite_order.py::" in line)
     assert any("test_examples.py::" in line for line in ids[:first_quick])
-
