@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from bouquet.apps.simulation import flower_env, flower_home, free_port, live_pid
 pytestmark = pytest.mark.slow
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+#: A printed metric value: a decimal or ``nan``/``inf`` (the latter two fail the finiteness check).
+NUMBER = r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
 
 
 def flwr_run(app: Path, nodes: int, timeout: float = 600) -> str:
@@ -48,16 +51,23 @@ def test_quickstart_fedavg_is_a_one_line_swap() -> None:
 
 
 def final_metrics(out: str, name: str) -> dict[int, dict[str, float]]:
-    """The ``NAME: round R key=value ...`` lines a ServerApp printed, by round."""
+    """The ``NAME: round R key=value ...`` lines a ServerApp printed, by round.
+
+    Only whole metric lines count (a number after every ``=``): a traceback that quotes the
+    app's ``print(f"NAME: round {rnd} ...")`` source must fail as a crash, with the output shown,
+    not as a parse error.
+    """
+    assert "Traceback (most recent call last)" not in out, out[-4000:]
+    line_re = re.compile(rf"{re.escape(name)}: round (\d+)((?:\s+\w+={NUMBER})+)\s*$")
     rounds: dict[int, dict[str, float]] = {}
     for line in out.splitlines():
-        if f"{name}: round " not in line:
-            continue
-        words = line.split(f"{name}: round ", 1)[1].split()
-        rounds[int(words[0])] = {k: float(v) for k, v in (w.split("=", 1) for w in words[1:])}
-    assert rounds, out[-3000:]
+        match = line_re.search(line)
+        if match:
+            pairs = (w.split("=", 1) for w in match.group(2).split())
+            rounds[int(match.group(1))] = {k: float(v) for k, v in pairs}
+    assert rounds, out[-4000:]
     for metrics in rounds.values():
-        assert metrics and all(np.isfinite(v) for v in metrics.values()), rounds
+        assert all(np.isfinite(v) for v in metrics.values()), rounds
     return rounds
 
 
