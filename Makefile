@@ -54,8 +54,10 @@ demo: setup
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 
+# --durations: the slowest tests are printed at the end, so that every run (CI's too) shows where
+# the suite's time goes.
 test: setup system-deps lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) --durations=25
 
 # Fresh virtual environments built with the documented install commands, one round of each
 # extra's default method (tests/test_fresh_install.py; about 10 minutes with a warm pip cache).
