@@ -104,7 +104,7 @@ def silo_rejoined(rows: list[dict[str, Any]], *, silo: int, restarted_in: int) -
 def test_silo_rejoined_needs_a_later_accepted_reply() -> None:
     """The CI run of stop 26: round 2 had no usable reply, rounds 3-4 took the restarted silo."""
     ci: list[dict[str, Any]] = [{"round": 1, "regret_silo1": 2.9}, {"round": 2},
-          {"round": 3, "regret_silo1": 4.1}, {"round": 4, "regret_silo1": 5.3}]
+                                {"round": 3, "regret_silo1": 4.1}, {"round": 4, "regret_silo1": 5.3}]
     assert silo_rejoined(ci, silo=1, restarted_in=2)
     accepted_in_2 = [{"round": 1, "regret_silo1": 2.9}, {"round": 2, "regret_silo1": 4.0},
                      {"round": 3, "regret_silo1": 5.1}, {"round": 4, "regret_silo1": 6.0}]
