@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_checks import silo_rejoined
 
 from bouquet.apps.deploy import LocalFleet, make_node_key
 from bouquet.apps.registry import get_method, methods
@@ -84,36 +85,6 @@ def _wait_saved_round(state: Path, round_: int, runner: threading.Thread,
             return
         time.sleep(0.2)
     raise AssertionError(f"{state} has no state of round {round_}")
-
-
-def silo_rejoined(rows: list[dict[str, Any]], *, silo: int, restarted_in: int) -> bool:
-    """Whether the server accepted ``silo`` in a round after the one it restarted in.
-
-    ``regret_silo<k>`` is the server's cumulative regret of silo ``k`` (kept across rounds it
-    misses), and a round with no usable reply writes no regret at all. The silo's value grows
-    after round ``restarted_in`` only if a later reply of the restarted node was accepted.
-    The restart may cut the node's reply of round ``restarted_in`` itself (seen in CI: the
-    SuperLink then reports its objects unavailable), so that round is not required to count.
-    """
-    key = f"regret_silo{silo}"
-    before = [r[key] for r in rows if r["round"] <= restarted_in and key in r]
-    after = [r[key] for r in rows if r["round"] > restarted_in and key in r]
-    return bool(before) and bool(after) and max(after) > max(before) > 0
-
-
-def test_silo_rejoined_needs_a_later_accepted_reply() -> None:
-    """The CI run of stop 26: round 2 had no usable reply, rounds 3-4 took the restarted silo."""
-    ci: list[dict[str, Any]] = [{"round": 1, "regret_silo1": 2.9}, {"round": 2},
-                                {"round": 3, "regret_silo1": 4.1}, {"round": 4, "regret_silo1": 5.3}]
-    assert silo_rejoined(ci, silo=1, restarted_in=2)
-    accepted_in_2 = [{"round": 1, "regret_silo1": 2.9}, {"round": 2, "regret_silo1": 4.0},
-                     {"round": 3, "regret_silo1": 5.1}, {"round": 4, "regret_silo1": 6.0}]
-    assert silo_rejoined(accepted_in_2, silo=1, restarted_in=2)
-    never_back = [{"round": 1, "regret_silo1": 2.9}, {"round": 2, "regret_silo1": 4.0},
-                  {"round": 3, "regret_silo1": 4.0}, {"round": 4, "regret_silo1": 4.0}]
-    assert not silo_rejoined(never_back, silo=1, restarted_in=2)
-    assert not silo_rejoined([{"round": 1}, {"round": 2}, {"round": 3}, {"round": 4}],
-                             silo=1, restarted_in=2)
 
 
 @pytest.mark.skipif(METHOD not in methods(), reason=f"{METHOD} is not registered")
