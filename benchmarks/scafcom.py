@@ -7,7 +7,8 @@ learning rate for every method (chosen once on FedAvg/SCAFFOLD, not per method).
 * quick: digits-mlp (bundled), one seed.
 * full: fmnist-cnn (Fashion-MNIST from /usr/share/datasets), three seeds.
 
-Runs: FedAvg; SCAFFOLD (two dense vectors); single-uplink SCAFFOLD; FedAvg + top-k without error
+Runs: FedAvg; SCAFFOLD (two dense vectors), also with the server's norm screen off
+(``scaffold-unscreened``, ``norm-bound-factor = 0``); single-uplink SCAFFOLD; FedAvg + top-k without error
 feedback; Fed-EF (top-k + EF); SCALLION (rand-k, alpha = 1/(1 + omega)); SCAFCOM (top-k,
 beta = 0.2, momentum started at the first gradient, the default), also with the zero momentum start
 (``scafcom-zero``) and with the momentum inside the local steps (the alternative reading); SCAFCOM
@@ -43,6 +44,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fedavg": {"method": "fedavg"},
     "scaffold": {"method": "scaffold"},
     "scaffold-1up": {"method": "scaffold-1up"},
+    # the control for the server's norm screen, which turned away 2-4 % of SCAFFOLD's honest
+    # replies on fmnist-cnn (benchmarks/RESULTS.md, scafcom): the same SCAFFOLD with it off
+    "scaffold-unscreened": {"method": "scaffold", "norm-bound-factor": 0.0},
     "fedavg-topk": {"method": "fedavg-compressed", "fedavg-compressed.compressor": "topk",
                     "fedavg-compressed.compressor-ratio": RATIO},
     "fed-ef": {"method": "fed-ef", "fed-ef.compressor": "topk",
@@ -114,16 +118,19 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     up = {n: _stat(summaries, n, "comm.up_bytes_total") for n in VARIANTS}
     lines = ["### Checks (measured; best accuracy averaged over seeds)", ""]
     checks: list[Check] = []
-    ref, ref_up = acc["scaffold"], up["scaffold"]
-    for name in ("scafcom-topk", "scallion-randk"):
-        a, u = acc[name], up[name]
-        if a is None or u is None or ref is None or ref_up is None:
-            continue
-        gap, ratio = 100 * (ref - a), ref_up / u
-        checks.append(Check.of(
-            f"{name} within 1.5 points of SCAFFOLD's best accuracy with >= 20x fewer uplink bytes",
-            gap <= 1.5 and ratio >= 20, f"SCAFFOLD minus {name} = {gap:+.1f} points, "
-            f"{ratio:.1f}x fewer bytes (measured on the wire)"))
+    references = {"scaffold": "SCAFFOLD", "scaffold-unscreened": "unscreened SCAFFOLD"}
+    for ref_name, label in references.items():
+        ref, ref_up = acc[ref_name], up[ref_name]
+        for name in ("scafcom-topk", "scallion-randk"):
+            a, u = acc[name], up[name]
+            if a is None or u is None or ref is None or ref_up is None:
+                continue
+            gap, ratio = 100 * (ref - a), ref_up / u
+            checks.append(Check.of(
+                f"{name} within 1.5 points of {label}'s best accuracy with >= 20x fewer uplink "
+                "bytes", gap <= 1.5 and ratio >= 20, f"{label} minus {name} = {gap:+.1f} "
+                f"points, {ratio:.1f}x fewer bytes (measured on the wire)"))
+    ref_up = up["scaffold"]
     sc = acc["scafcom-topk"]
     if acc["fedavg-topk"] is not None and sc is not None:
         gap = 100 * (sc - acc["fedavg-topk"])
