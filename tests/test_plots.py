@@ -132,3 +132,16 @@ def test_plot_files_titles_and_units(tmp_path: Path) -> None:
     assert axis_label("straggler_gap_s") == "straggler gap (s)"
     assert axis_label("sim_time_cum_s") == "cumulative sim time (s)"
     assert axis_label("up_bytes") == "up (MB)"
+
+
+def test_a_diverged_run_gets_a_log_axis_and_the_others_stay_linear(tmp_path: Path) -> None:
+    """One run's loss of 1e12 (SCAFFOLD without its norm screen) must not flatten the rest."""
+    write_run(tmp_path / "ok-s0", method="fedavg", task="t", seed=0)
+    write_run(tmp_path / "bad-s0", method="scaffold", task="t", seed=0)
+    runs = _runs(tmp_path)
+    for rec in runs["bad-s0"][4:]:
+        rec["loss"] = 1e12
+    fig = draw_figure(curves(runs, "loss"), "loss", "round", "", None)
+    assert fig.axes[0].get_yscale() == "log"
+    fig = draw_figure(curves({"ok-s0": runs["ok-s0"]}, "loss"), "loss", "round", "", None)
+    assert fig.axes[0].get_yscale() == "linear"

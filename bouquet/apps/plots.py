@@ -39,6 +39,10 @@ MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*", "<", ">")
 #: Keys of a run's config that do not make two runs different configurations.
 NOT_CONFIGURATION = frozenset({"seed", "run-name", "results-dir"})
 #: The x axes a figure can have: name -> (axis label, title word).
+#: A panel whose positive values span more than this factor gets a log y axis, so that one
+#: diverged run (a loss of 1e12) does not flatten every other curve to a line at zero.
+Y_LOG_SPAN = 1e3
+
 X_AXES = {"round": ("round", "round"),
           "uplink": ("cumulative uplink (MB, measured on the wire)", "cumulative uplink"),
           "sim_time": ("simulated time (s)", "simulated time")}
@@ -282,7 +286,7 @@ def draw_figure(drawn: list[Curve], key: str, xaxis: str, title: str,
     seeded = any(c.runs > 1 for c in drawn)
     values = key.endswith("_bytes")
     for ax, task in zip(axes[0], tasks, strict=True):
-        positive = []
+        positive, heights = [], []
         for name, c in ((n, c) for n, c in zip(names, drawn, strict=True) if c.task == task):
             x = _x_of(c, xaxis)
             assert x is not None
@@ -295,8 +299,12 @@ def draw_figure(drawn: list[Curve], key: str, xaxis: str, title: str,
                 ax.fill_between(x, c.low * scale, c.high * scale, color=style.color, alpha=0.15,
                                 linewidth=0)
             positive += [float(v) for v in x if v > 0]
+            band = np.concatenate([c.low, c.high]) * scale
+            heights += [float(v) for v in band if np.isfinite(v) and v > 0]
         if xaxis != "round" and positive and max(positive) / min(positive) > 50:
             ax.set_xscale("log")
+        if heights and max(heights) / min(heights) > Y_LOG_SPAN:
+            ax.set_yscale("log")  # e.g. a diverged run's loss beside the others
         if xaxis == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(X_AXES[xaxis][0])
