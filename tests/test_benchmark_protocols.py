@@ -282,3 +282,25 @@ def test_fedkseed_report_adds_paired_verdicts_from_the_rebuilt_final_model(
     # the accuracy verdict stays as it was: 0.75 -> 0.75 is within the unpaired margin
     assert checks["fedkseed improves over zero-shot on rt-smollm (last round)"] == "inconclusive"
     assert "| prompt-fedkseed | 2 | 1.0500 -> 1.0400 | -0.0100 +- 0.0000 |" in text
+
+
+def test_scafcom_report_gives_the_unscreened_control_no_verdict(tmp_path: Path) -> None:
+    """A one-sided "within 1.5 points" check passes whenever its reference collapses: the
+    norm-screen control (SCAFFOLD at chance) is reported beside the checks, never as one."""
+    import json
+
+    suite = load_suite("scafcom")
+
+    def summary(best: float, final: float, up: float) -> dict[str, Any]:
+        return {"best": {"accuracy": best}, "final": {"accuracy": final},
+                "comm": {"up_bytes_total": up}}
+
+    summaries = {"scaffold-s0": summary(0.76, 0.72, 2.3e8),
+                 "scaffold-unscreened-s0": summary(0.68, 0.10, 2.3e8),
+                 "scafcom-topk-s0": summary(0.755, 0.74, 4.0e6)}
+    text = suite.report(summaries, tmp_path)
+    claims = [c["claim"] for c in json.loads((tmp_path / "verdicts.json").read_text())["checks"]]
+    assert claims == ["scafcom-topk within 1.5 points of SCAFFOLD's best accuracy with >= 20x "
+                      "fewer uplink bytes"]
+    assert "descriptive, no verdict: SCAFFOLD without the norm screen has best accuracy 0.6800 " \
+           "and final 0.1000" in text

@@ -11,6 +11,7 @@ from synthetic_results import write_run, write_suite
 from bouquet.apps.plots import (
     axis_label,
     curves,
+    diverged,
     draw_figure,
     legend_names,
     line_styles,
@@ -145,3 +146,13 @@ def test_a_diverged_run_gets_a_log_axis_and_the_others_stay_linear(tmp_path: Pat
     assert fig.axes[0].get_yscale() == "log"
     fig = draw_figure(curves({"ok-s0": runs["ok-s0"]}, "loss"), "loss", "round", "", None)
     assert fig.axes[0].get_yscale() == "linear"
+
+
+def test_only_a_diverged_loss_gets_a_log_axis() -> None:
+    assert diverged("loss", [0.5, 0.6, 0.7, 1e9]) and diverged("train_loss", [0.5, 0.4, 5e3])
+    assert not diverged("loss", [0.5, 0.6, 0.7, 2.3])  # an ordinary loss curve
+    assert not diverged("loss", [0.0, 0.5, 0.6, 1e9])  # a zero would vanish on a log axis
+    # metrics that start at or near zero keep a linear axis whatever their span
+    assert not diverged("straggler_gap_s", [2e-6, 4e-5, 3e-6, 10.0, 60.0])
+    assert not diverged("regret", [1e-3, 0.5, 2.0, 9.0])
+    assert not diverged("epsilon", [1e-4, 0.3, 1.0])

@@ -38,11 +38,12 @@ LINESTYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*", "<", ">")
 #: Keys of a run's config that do not make two runs different configurations.
 NOT_CONFIGURATION = frozenset({"seed", "run-name", "results-dir"})
-#: The x axes a figure can have: name -> (axis label, title word).
-#: A panel whose positive values span more than this factor gets a log y axis, so that one
-#: diverged run (a loss of 1e12) does not flatten every other curve to a line at zero.
+#: A loss panel whose largest value is more than this factor above its median gets a log y
+#: axis, so that one diverged run (a loss of 1e12) does not flatten every other curve to a line
+#: at zero. Only losses: other metrics (regret, epsilon, a straggler gap near 0 s) may start at
+#: or near zero, where a log axis would draw noise decades apart or hide the values.
 Y_LOG_SPAN = 1e3
-
+#: The x axes a figure can have: name -> (axis label, title word).
 X_AXES = {"round": ("round", "round"),
           "uplink": ("cumulative uplink (MB, measured on the wire)", "cumulative uplink"),
           "sim_time": ("simulated time (s)", "simulated time")}
@@ -274,6 +275,17 @@ def legend_names(drawn: Sequence[Curve]) -> list[str]:
     return names
 
 
+def diverged(key: str, values: Sequence[float]) -> bool:
+    """Whether a panel of ``key`` needs a log y axis.
+
+    Only a loss whose values are all positive and whose largest value is more than
+    :data:`Y_LOG_SPAN` times its median does (a diverged run beside converging ones).
+    """
+    if not key.endswith("loss") or not values or min(values) <= 0:
+        return False
+    return max(values) > Y_LOG_SPAN * float(np.median(values))
+
+
 def draw_figure(drawn: list[Curve], key: str, xaxis: str, title: str,
                 family: Callable[[str], str] | None) -> Any:
     """The figure of one metric and x axis: one panel per task, shared legend beside them."""
@@ -300,11 +312,11 @@ def draw_figure(drawn: list[Curve], key: str, xaxis: str, title: str,
                                 linewidth=0)
             positive += [float(v) for v in x if v > 0]
             band = np.concatenate([c.low, c.high]) * scale
-            heights += [float(v) for v in band if np.isfinite(v) and v > 0]
+            heights += [float(v) for v in band if np.isfinite(v)]
         if xaxis != "round" and positive and max(positive) / min(positive) > 50:
             ax.set_xscale("log")
-        if heights and max(heights) / min(heights) > Y_LOG_SPAN:
-            ax.set_yscale("log")  # e.g. a diverged run's loss beside the others
+        if diverged(key, heights):
+            ax.set_yscale("log")
         if xaxis == "round":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(X_AXES[xaxis][0])
