@@ -242,23 +242,42 @@ def test_confirm_evaluates_a_seed_found_in_out_and_checks_it_against_the_saved_r
         s.evaluate_rows(tmp_path, "prompt-fedkseed", [5, 6], (10, 16))
 
 
-CONFIRMED = PRIOR.parent / "prompt-fedkseed-rows-400-1600.npz"
-#: RESULTS.md fedkseed 9: seeds, D, SE_seed, SE_row, SE, t, p (loss), D and p (accuracy).
-SECTION_9 = ((5, 6, 7, 8, 9, 10), -0.0058, 0.0012, 0.0013, 0.0018, -3.31, 0.0106, 0.0074, 0.085)
+#: RESULTS.md fedkseed 9 (FedKSeed) and 10 (FedKSeed-Pro): per-row file, arm, seeds, D, SE_seed,
+#: SE_row, SE, t, p (loss), D and p (accuracy).
+CONFIRMED = {
+    "section-9": (PRIOR.parent / "prompt-fedkseed-rows-400-1600.npz", "prompt-fedkseed",
+                  (5, 6, 7, 8, 9, 10), -0.0058, 0.0012, 0.0013, 0.0018, -3.31, 0.0106, 0.0074,
+                  0.085),
+    "section-10": (PRIOR.parent / "prompt-fedkseed-pro-rows-400-1600.npz", "prompt-fedkseed-pro",
+                   (5, 6, 7, 8, 9, 10), -0.0079, 0.0017, 0.0018, 0.0024, -3.29, 0.0109, 0.0076,
+                   0.137),
+}
 
 
-def test_the_committed_rows_reproduce_section_9_with_no_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("section", sorted(CONFIRMED))
+def test_the_committed_rows_reproduce_the_confirmatory_tests_with_no_run(
+        section: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = script()
-    seeds, d, se_seed, se_row, se, t, p, acc, acc_p = SECTION_9
-    saved = s.ConfirmRows.load(CONFIRMED)
+    path, arm, seeds, d, se_seed, se_row, se, t, p, acc, acc_p = CONFIRMED[section]
+    saved = s.ConfirmRows.load(path)
     assert saved.rows == (400, 1600) and saved.seeds == seeds
     assert saved.loss.shape == (len(seeds), 1200) and saved.rounds == (3,) * len(seeds)
-    assert s.main(["confirm", "--out", str(tmp_path), "--rows", "400:1600", "--seeds",
-                   ",".join(map(str, seeds)), "--prior-rows", str(CONFIRMED)]) == 0
+    assert s.main(["confirm", "--arm", arm, "--out", str(tmp_path), "--rows", "400:1600",
+                   "--seeds", ",".join(map(str, seeds)), "--prior-rows", str(path)]) == 0
     text = capsys.readouterr().out
     assert (f"loss: D = {d:+.4f} over {len(seeds)} seeds x 1200 rows, SE_seed {se_seed:.4f}, "
             f"SE_row {se_row:.4f}, SE {se:.4f}, t = {t:.2f} ({len(seeds) - 1} df), one-sided "
             f"p = P(T <= t) = {p:.3g}") in text
     assert "at least 4 seeds): holds" in text
     assert f"accuracy: D = {acc:+.4f}" in text and f"= {acc_p:.3g} (secondary" in text
+
+
+def test_both_arms_were_scored_against_the_same_zero_shot_rows() -> None:
+    """Sections 9 and 10 share their rows: the same zero-shot per-row results in both files."""
+    import numpy as np
+
+    s = script()
+    ks, pro = (s.ConfirmRows.load(v[0]) for v in (CONFIRMED["section-9"], CONFIRMED["section-10"]))
+    assert np.array_equal(ks.zero_loss, pro.zero_loss)
+    assert np.array_equal(ks.zero_correct, pro.zero_correct)
+    assert not np.array_equal(ks.loss, pro.loss)  # two arms, not one file twice
