@@ -54,7 +54,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.bench import BenchRun, lookup
+from bouquet.apps.bench import BenchRun, lookup, parse_run
 from bouquet.apps.results import read_metrics
 from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, Check, write_checks
 
@@ -117,22 +117,6 @@ def steady_uplink(run_dir: Path) -> float | None:
     if not recs:
         return None
     return sum(r["up_bytes"] for r in recs) / sum(r["clients"] for r in recs)
-
-
-def parse_run(run: str) -> tuple[str, float, int | None] | None:
-    """``"fedit-r2-matched-nodp-lr0.005-s1"`` -> ``("fedit-r2-matched-nodp", 0.005, 1)``.
-
-    The seed suffix is optional (``None`` without it).
-    """
-    seed: int | None = None
-    head, sep, tail = run.rpartition("-s")
-    if sep and tail.isdigit():
-        run, seed = head, int(tail)
-    arm, sep, lr = run.rpartition("-lr")
-    try:
-        return (arm, float(lr), seed) if sep else None
-    except ValueError:
-        return None
 
 
 def arm_of(run: str) -> tuple[str, float] | None:

@@ -13,17 +13,22 @@ feedback; Fed-EF (top-k + EF); SCALLION (rand-k, alpha = 1/(1 + omega)); SCAFCOM
 beta = 0.2, momentum started at the first gradient, the default), also with the zero momentum start
 (``scafcom-zero``) and with the momentum inside the local steps (the alternative reading); SCAFCOM
 with beta = 1 (ablation).
+
+``SCAFCOM_BENCH_LR=<lr>`` gives every run that learning rate and names it ``ARM-lrLR-sSEED``: the
+per-arm grid of :data:`LR_GRID` (benchmarks/RESULTS.md, scafcom) runs one call per lr into one
+folder. Such runs are left out of the checks (they hold at the suite's shared lr) and reported
+in a descriptive table, each arm at its best lr.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.bench import BenchRun
+from bouquet.apps.bench import BenchRun, parse_run
+from bouquet.apps.results import read_metrics
 from bouquet.apps.verdicts import Check, write_checks
 
 COLUMNS = ["final.accuracy", "best.accuracy", "target.round", "target.up_bytes",
@@ -39,6 +44,10 @@ FULL = {"task": "fmnist-cnn", "num-server-rounds": 200, "local-steps": 10, "lr":
 COMMON = {"partition": "pathological", "classes-per-client": 2, "fraction-train": 0.1,
           "evaluation": "central"}
 CLIENTS = 50
+#: The per-arm learning-rate grid (``SCAFCOM_BENCH_LR``), the shared lr 0.05 in the middle.
+LR_GRID = (0.02, 0.05, 0.1)
+#: Rounds at the end of a run whose mean accuracy the grid reports beside the best accuracy.
+LAST_ROUNDS = 10
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "fedavg": {"method": "fedavg"},
@@ -75,10 +84,52 @@ def runs(quick: bool) -> list[BenchRun]:
     base = {**COMMON, **(QUICK if quick else FULL)}
     if int(os.environ.get("SCAFCOM_BENCH_ROUNDS", "0")) > 0:
         base["num-server-rounds"] = int(os.environ["SCAFCOM_BENCH_ROUNDS"])
+    tag = ""
+    if os.environ.get("SCAFCOM_BENCH_LR"):
+        lr = float(os.environ["SCAFCOM_BENCH_LR"])
+        if not 0 < lr < 10:
+            raise ValueError(f"SCAFCOM_BENCH_LR must be a positive learning rate, got {lr}")
+        base["lr"], tag = lr, f"-lr{lr:g}"
     seeds = [0] if quick else [0, 1, 2]
-    return [BenchRun(name=f"{name}-s{seed}", config={**base, **cfg, "seed": seed},
+    return [BenchRun(name=f"{name}{tag}-s{seed}", config={**base, **cfg, "seed": seed},
                      clients=CLIENTS)
             for name, cfg in VARIANTS.items() for seed in seeds]
+
+
+def lr_grid(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> list[str]:
+    """The descriptive per-arm grid: best and last-rounds accuracy per lr, each arm's best lr.
+
+    An arm's lr is the one with the highest best accuracy averaged over its seeds (the measure
+    of the suite's checks); ties go to the smaller lr. The mean of the last :data:`LAST_ROUNDS`
+    rounds is printed beside it, because the best round favours arms that swing.
+    """
+    cells: dict[str, dict[float, list[tuple[float, float]]]] = {}
+    for run, summary in summaries.items():
+        parsed = parse_run(run)
+        best = summary.get("best", {}).get("accuracy") if isinstance(summary, Mapping) else None
+        if parsed is None or not isinstance(best, int | float):
+            continue
+        arm, lr, _ = parsed
+        accs = [float(r["accuracy"]) for r in read_metrics(out_dir / run) if "accuracy" in r]
+        last = sum(accs[-LAST_ROUNDS:]) / len(accs[-LAST_ROUNDS:]) if accs else float("nan")
+        cells.setdefault(arm, {}).setdefault(lr, []).append((float(best), last))
+    if not cells:
+        return []
+    lrs = sorted({lr for by_lr in cells.values() for lr in by_lr})
+    lines = ["", "### Per-arm lr grid (descriptive, no verdict)", "",
+             f"Best accuracy / mean of the last {LAST_ROUNDS} rounds, averaged over the seeds "
+             "each cell has; the chosen lr has the highest best accuracy.", "",
+             "| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen lr | seeds |",
+             "|---|" + "---|" * (len(lrs) + 2)]
+    for arm, by_lr in cells.items():
+        means = {lr: (_mean([b for b, _ in v]) or 0.0, _mean([m for _, m in v]) or 0.0)
+                 for lr, v in by_lr.items()}
+        chosen = max(sorted(means), key=lambda x: means[x][0])
+        row = [f"{means[lr][0]:.4f} / {means[lr][1]:.4f}" if lr in means else "-" for lr in lrs]
+        seeds = sorted({len(v) for v in by_lr.values()})
+        lines.append(f"| {arm} | " + " | ".join(row) + f" | {chosen:g} | "
+                     + "/".join(map(str, seeds)) + " |")
+    return lines
 
 
 def _group(summaries: Mapping[str, Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
@@ -104,9 +155,8 @@ def _payload_bytes(out_dir: Path, name: str) -> float | None:
     """Mean over seeds of the summed payload-only uplink bytes (no Flower framing)."""
     totals = []
     for run_dir in sorted(out_dir.glob(f"{name}-s*")):
-        path = run_dir / "metrics.jsonl"
-        if path.exists():
-            recs = [json.loads(x) for x in path.read_text().splitlines()]
+        recs = read_metrics(run_dir)
+        if recs:
             totals.append(sum(float(r.get("uplink_payload_bytes", 0.0)) for r in recs))
     return _mean(totals) if totals and any(totals) else None
 
@@ -156,6 +206,7 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
         lines.append(f"- descriptive, no verdict: SCAFFOLD without the norm screen has best "
                      f"accuracy {unscreened:.4f} and final {unscreened_final:.4f} "
                      f"(screened {ref:.4f}, scafcom-topk {sc_best:.4f})")
+    lines += lr_grid(summaries, out_dir)
     lines += ["", "Payload-only uplink bytes (compressor output, no Flower framing or metrics), "
               "summed over the run:", ""]
     for name in VARIANTS:

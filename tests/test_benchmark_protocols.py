@@ -304,3 +304,37 @@ def test_scafcom_report_gives_the_unscreened_control_no_verdict(tmp_path: Path) 
                       "fewer uplink bytes"]
     assert "descriptive, no verdict: SCAFFOLD without the norm screen has best accuracy 0.6800 " \
            "and final 0.1000" in text
+
+
+def test_scafcom_lr_grid_names_its_runs_and_keeps_them_out_of_the_checks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SCAFCOM_BENCH_LR`` runs are named by lr, left out of the shared-lr checks, and reported
+    per arm at the lr with the best seed-mean best accuracy (the last rounds' mean beside it)."""
+    import json
+
+    suite = load_suite("scafcom")
+    monkeypatch.setenv("SCAFCOM_BENCH_LR", "0.02")
+    runs = suite.runs(False)
+    assert {r.config["lr"] for r in runs} == {0.02}
+    assert "fedavg-lr0.02-s2" in {r.name for r in runs}
+    monkeypatch.setenv("SCAFCOM_BENCH_LR", "-1")
+    with pytest.raises(ValueError, match="positive"):
+        suite.runs(False)
+
+    def run(name: str, accs: list[float]) -> dict[str, Any]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"round": i + 1, "accuracy": a}) + "\n" for i, a in enumerate(accs)))
+        return {"best": {"accuracy": max(accs)}, "final": {"accuracy": accs[-1]},
+                "comm": {"up_bytes_total": 1.0}}
+
+    summaries = {"fedavg-lr0.02-s0": run("fedavg-lr0.02-s0", [0.5] * 12),
+                 "fedavg-lr0.02-s1": run("fedavg-lr0.02-s1", [0.7] * 12),
+                 "fedavg-lr0.1-s0": run("fedavg-lr0.1-s0", [0.1] * 11 + [0.9]),
+                 "scaffold-lr0.02-s0": run("scaffold-lr0.02-s0", [0.6] * 12),
+                 "scaffold-lr0.1-s0": run("scaffold-lr0.1-s0", [0.6] * 12)}
+    text = suite.report(summaries, tmp_path)
+    assert json.loads((tmp_path / "verdicts.json").read_text())["checks"] == []
+    # fedavg: lr 0.1's best (0.9) beats lr 0.02's seed mean (0.6); its last-10 mean is 0.18
+    assert "| fedavg | 0.6000 / 0.6000 | 0.9000 / 0.1800 | 0.1 | 1/2 |" in text
+    assert "| scaffold | 0.6000 / 0.6000 | 0.6000 / 0.6000 | 0.02 | 1 |" in text  # tie: smaller lr

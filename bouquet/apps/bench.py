@@ -75,6 +75,23 @@ class BenchRun:
         return head if sep and tail.isdigit() else self.name
 
 
+def parse_run(run: str) -> tuple[str, float, int | None] | None:
+    """Split a grid run's name: ``"fedit-r2-nodp-lr0.005-s1"`` -> ``("fedit-r2-nodp", 0.005, 1)``.
+
+    The suites that tune on a learning-rate grid name a run ``ARM-lrLR[-sSEED]``; the seed suffix
+    is optional (``None`` without it). A name without ``-lr<number>`` gives ``None``.
+    """
+    seed: int | None = None
+    head, sep, tail = run.rpartition("-s")
+    if sep and tail.isdigit():
+        run, seed = head, int(tail)
+    arm, sep, lr = run.rpartition("-lr")
+    try:
+        return (arm, float(lr), seed) if sep else None
+    except ValueError:
+        return None
+
+
 def method_family(runs: Sequence[BenchRun]) -> Callable[[str], str]:
     """Group name -> its runs' ``method``, for one colour per method in the plots."""
     methods = {r.group_name: str(r.config.get("method", r.group_name)) for r in runs}
