@@ -16,12 +16,14 @@ with beta = 1 (ablation).
 
 ``SCAFCOM_BENCH_LR=<lr>`` gives every run that learning rate and names it ``ARM-lrLR-sSEED``: the
 per-arm grid of :data:`LR_GRID` (benchmarks/RESULTS.md, scafcom) runs one call per lr into one
-folder. Such runs are left out of the checks (they hold at the suite's shared lr) and reported
-in a descriptive table, each arm at its best lr.
+folder. Such runs are left out of the checks (they hold at the suite's shared lr); the report
+tabulates every grid run in the folder, earlier calls' too, each arm at its best lr
+(:func:`lr_grid`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -79,7 +81,8 @@ def runs(quick: bool) -> list[BenchRun]:
     """Every variant, one seed (quick) or three (full).
 
     ``SCAFCOM_BENCH_ROUNDS=<n>`` in the environment overrides the number of rounds (the longer
-    check in benchmarks/RESULTS.md uses 600).
+    checks in benchmarks/RESULTS.md use 200 and 600); ``SCAFCOM_BENCH_LR=<lr>`` sets every run's
+    learning rate and adds ``-lrLR`` to its name (one lr of the grid, :data:`LR_GRID`).
     """
     base = {**COMMON, **(QUICK if quick else FULL)}
     if int(os.environ.get("SCAFCOM_BENCH_ROUNDS", "0")) > 0:
@@ -88,7 +91,7 @@ def runs(quick: bool) -> list[BenchRun]:
     if os.environ.get("SCAFCOM_BENCH_LR"):
         lr = float(os.environ["SCAFCOM_BENCH_LR"])
         if not 0 < lr < 10:
-            raise ValueError(f"SCAFCOM_BENCH_LR must be a positive learning rate, got {lr}")
+            raise ValueError(f"SCAFCOM_BENCH_LR must be a learning rate in (0, 10), got {lr}")
         base["lr"], tag = lr, f"-lr{lr:g}"
     seeds = [0] if quick else [0, 1, 2]
     return [BenchRun(name=f"{name}{tag}-s{seed}", config={**base, **cfg, "seed": seed},
@@ -96,39 +99,72 @@ def runs(quick: bool) -> list[BenchRun]:
             for name, cfg in VARIANTS.items() for seed in seeds]
 
 
-def lr_grid(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> list[str]:
-    """The descriptive per-arm grid: best and last-rounds accuracy per lr, each arm's best lr.
+def _grid_runs(out_dir: Path) -> dict[str, dict[float, dict[int, tuple[float, float, int]]]]:
+    """Arm -> lr -> seed -> (best accuracy, mean of the last rounds, rounds) of OUT_DIR's grid runs.
 
-    An arm's lr is the one with the highest best accuracy averaged over its seeds (the measure
-    of the suite's checks); ties go to the smaller lr. The mean of the last :data:`LAST_ROUNDS`
-    rounds is printed beside it, because the best round favours arms that swing.
+    Every folder named ``ARM-lrLR-sSEED`` (:func:`bouquet.apps.bench.parse_run`) counts, read
+    from its ``metrics.jsonl``, so that one call reports the runs earlier calls at other lrs
+    left in the folder. Non-finite accuracies (``null`` in the file) are skipped.
     """
-    cells: dict[str, dict[float, list[tuple[float, float]]]] = {}
-    for run, summary in summaries.items():
-        parsed = parse_run(run)
-        best = summary.get("best", {}).get("accuracy") if isinstance(summary, Mapping) else None
-        if parsed is None or not isinstance(best, int | float):
+    cells: dict[str, dict[float, dict[int, tuple[float, float, int]]]] = {}
+    for run_dir in sorted(p for p in out_dir.iterdir() if p.is_dir()):
+        parsed = parse_run(run_dir.name)
+        if parsed is None:
             continue
-        arm, lr, _ = parsed
-        accs = [float(r["accuracy"]) for r in read_metrics(out_dir / run) if "accuracy" in r]
-        last = sum(accs[-LAST_ROUNDS:]) / len(accs[-LAST_ROUNDS:]) if accs else float("nan")
-        cells.setdefault(arm, {}).setdefault(lr, []).append((float(best), last))
+        arm, lr, seed = parsed
+        if seed is None:
+            continue
+        rows = read_metrics(run_dir)
+        accs = [float(r["accuracy"]) for r in rows if isinstance(r.get("accuracy"), int | float)
+                and math.isfinite(r["accuracy"])]
+        if accs:
+            tail = accs[-LAST_ROUNDS:]
+            cells.setdefault(arm, {}).setdefault(lr, {})[seed] = (
+                max(accs), sum(tail) / len(tail), len(rows))
+    return cells
+
+
+def lr_grid(out_dir: Path) -> list[str]:
+    """The descriptive per-arm lr grid of OUT_DIR as markdown lines (empty without grid runs).
+
+    Each cell gives the best accuracy and the mean of the last :data:`LAST_ROUNDS` rounds,
+    averaged over the cell's seeds (the best round favours arms that swing, hence both). An
+    arm's lr is the one with the highest mean best accuracy (the measure of the suite's checks,
+    compared at four decimals; ties go to the smaller lr), and only when every cell of the arm
+    has the same seeds and the same number of rounds: otherwise none is chosen.
+
+    Parameters
+    ----------
+    out_dir : Path
+        The suite's output folder; its ``ARM-lrLR-sSEED`` folders are read.
+
+    Returns
+    -------
+    list[str]
+        The section's lines, to append to the report.
+
+    """
+    cells = _grid_runs(out_dir)
     if not cells:
         return []
     lrs = sorted({lr for by_lr in cells.values() for lr in by_lr})
     lines = ["", "### Per-arm lr grid (descriptive, no verdict)", "",
              f"Best accuracy / mean of the last {LAST_ROUNDS} rounds, averaged over the seeds "
              "each cell has; the chosen lr has the highest best accuracy.", "",
-             "| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen lr | seeds |",
-             "|---|" + "---|" * (len(lrs) + 2)]
+             "| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen lr | seeds | rounds |",
+             "|---|" + "---|" * (len(lrs) + 3)]
     for arm, by_lr in cells.items():
-        means = {lr: (_mean([b for b, _ in v]) or 0.0, _mean([m for _, m in v]) or 0.0)
-                 for lr, v in by_lr.items()}
-        chosen = max(sorted(means), key=lambda x: means[x][0])
+        means = {lr: (sum(b for b, _, _ in v.values()) / len(v),
+                      sum(m for _, m, _ in v.values()) / len(v)) for lr, v in by_lr.items()}
+        seed_sets = {tuple(sorted(v)) for v in by_lr.values()}
+        rounds = {n for v in by_lr.values() for _, _, n in v.values()}
+        chosen = "- (cells differ in seeds or rounds)"
+        if len(seed_sets) == 1 and len(rounds) == 1:
+            chosen = f"{max(sorted(means), key=lambda x: round(means[x][0], 4)):g}"
         row = [f"{means[lr][0]:.4f} / {means[lr][1]:.4f}" if lr in means else "-" for lr in lrs]
-        seeds = sorted({len(v) for v in by_lr.values()})
-        lines.append(f"| {arm} | " + " | ".join(row) + f" | {chosen:g} | "
-                     + "/".join(map(str, seeds)) + " |")
+        lines.append(f"| {arm} | " + " | ".join(row) + f" | {chosen} | "
+                     + "; ".join(",".join(map(str, ss)) for ss in sorted(seed_sets)) + " | "
+                     + "/".join(map(str, sorted(rounds))) + " |")
     return lines
 
 
@@ -206,7 +242,7 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
         lines.append(f"- descriptive, no verdict: SCAFFOLD without the norm screen has best "
                      f"accuracy {unscreened:.4f} and final {unscreened_final:.4f} "
                      f"(screened {ref:.4f}, scafcom-topk {sc_best:.4f})")
-    lines += lr_grid(summaries, out_dir)
+    lines += lr_grid(out_dir)
     lines += ["", "Payload-only uplink bytes (compressor output, no Flower framing or metrics), "
               "summed over the run:", ""]
     for name in VARIANTS:

@@ -308,8 +308,9 @@ def test_scafcom_report_gives_the_unscreened_control_no_verdict(tmp_path: Path) 
 
 def test_scafcom_lr_grid_names_its_runs_and_keeps_them_out_of_the_checks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``SCAFCOM_BENCH_LR`` runs are named by lr, left out of the shared-lr checks, and reported
-    per arm at the lr with the best seed-mean best accuracy (the last rounds' mean beside it)."""
+    """``SCAFCOM_BENCH_LR`` runs are named by lr and left out of the shared-lr checks and byte
+    counts; the report tabulates every grid run of the folder, each arm at its best lr, and
+    chooses none where the arm's cells differ in seeds or rounds."""
     import json
 
     suite = load_suite("scafcom")
@@ -318,23 +319,42 @@ def test_scafcom_lr_grid_names_its_runs_and_keeps_them_out_of_the_checks(
     assert {r.config["lr"] for r in runs} == {0.02}
     assert "fedavg-lr0.02-s2" in {r.name for r in runs}
     monkeypatch.setenv("SCAFCOM_BENCH_LR", "-1")
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="learning rate"):
         suite.runs(False)
 
-    def run(name: str, accs: list[float]) -> dict[str, Any]:
+    def run(name: str, accs: list[float | None], up: float = 1.0) -> dict[str, Any]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "metrics.jsonl").write_text("".join(
-            json.dumps({"round": i + 1, "accuracy": a}) + "\n" for i, a in enumerate(accs)))
-        return {"best": {"accuracy": max(accs)}, "final": {"accuracy": accs[-1]},
-                "comm": {"up_bytes_total": 1.0}}
+            json.dumps({"round": i + 1, "accuracy": a, "uplink_payload_bytes": up}) + "\n"
+            for i, a in enumerate(accs)))
+        finite = [a for a in accs if a is not None]
+        return {"best": {"accuracy": max(finite)}, "final": {"accuracy": finite[-1]},
+                "comm": {"up_bytes_total": up * len(accs)}}
 
-    summaries = {"fedavg-lr0.02-s0": run("fedavg-lr0.02-s0", [0.5] * 12),
-                 "fedavg-lr0.02-s1": run("fedavg-lr0.02-s1", [0.7] * 12),
-                 "fedavg-lr0.1-s0": run("fedavg-lr0.1-s0", [0.1] * 11 + [0.9]),
-                 "scaffold-lr0.02-s0": run("scaffold-lr0.02-s0", [0.6] * 12),
-                 "scaffold-lr0.1-s0": run("scaffold-lr0.1-s0", [0.6] * 12)}
+    # the shared-lr runs the checks use, and grid runs of the same arms that would change them
+    summaries = {"scaffold-s0": run("scaffold-s0", [0.70] * 12, up=100.0),
+                 "scafcom-topk-s0": run("scafcom-topk-s0", [0.69] * 12, up=1.0),
+                 "scaffold-lr0.02-s0": run("scaffold-lr0.02-s0", [0.90] * 12, up=7.0),
+                 "scafcom-topk-lr0.1-s0": run("scafcom-topk-lr0.1-s0", [0.10] * 12, up=9.0)}
+    # grid runs an earlier call left in the folder (not in this call's summaries)
+    run("fedavg-lr0.02-s0", [0.5] * 12)
+    run("fedavg-lr0.02-s1", [0.7] * 12)
+    run("fedavg-lr0.1-s0", [0.1] * 11 + [0.9])
+    run("fedavg-lr0.1-s1", [0.1] * 11 + [0.9, None])  # a non-finite round is skipped
+    run("fed-ef-lr0.02-s0", [0.6] * 12)
+    run("fed-ef-lr0.1-s1", [0.8] * 12)  # another seed: not comparable
     text = suite.report(summaries, tmp_path)
-    assert json.loads((tmp_path / "verdicts.json").read_text())["checks"] == []
-    # fedavg: lr 0.1's best (0.9) beats lr 0.02's seed mean (0.6); its last-10 mean is 0.18
-    assert "| fedavg | 0.6000 / 0.6000 | 0.9000 / 0.1800 | 0.1 | 1/2 |" in text
-    assert "| scaffold | 0.6000 / 0.6000 | 0.6000 / 0.6000 | 0.02 | 1 |" in text  # tie: smaller lr
+    [check] = json.loads((tmp_path / "verdicts.json").read_text())["checks"]
+    assert "+1.0 points, 100.0x fewer bytes" in check["measured"], check
+    assert "- scaffold: 1,200 B" in text and "- scafcom-topk: 12 B" in text
+    assert "| fed-ef | 0.6000 / 0.6000 | 0.8000 / 0.8000 | - (cells differ in seeds or rounds) |" \
+        in text
+    # fedavg's lr-0.1 seed 1 has 13 rounds: its cells differ in rounds, so no lr is chosen
+    assert "| fedavg | 0.6000 / 0.6000 | 0.9000 / 0.1800 | - (cells differ in seeds or rounds) " \
+           "| 0,1 | 12/13 |" in text
+    (tmp_path / "fedavg-lr0.1-s1" / "metrics.jsonl").write_text("".join(
+        json.dumps({"round": i + 1, "accuracy": a}) + "\n" for i, a in enumerate([0.1] * 11 + [0.9])))
+    text = suite.report(summaries, tmp_path)
+    # lr 0.1's best (0.9) beats lr 0.02's seed mean (0.6), though its last-10 mean is 0.18
+    assert "| fedavg | 0.6000 / 0.6000 | 0.9000 / 0.1800 | 0.1 | 0,1 | 12 |" in text
+    assert "| scaffold | 0.9000 / 0.9000 | - | 0.02 | 0 | 12 |" in text
