@@ -141,12 +141,19 @@ def lr_grid(out_dir: Path) -> list[str]:
     Returns
     -------
     list[str]
-        The section's lines, to append to the report.
+        The section's lines, to append to the report. The grid's curves are drawn to
+        ``OUT_DIR/plots-lr-grid`` (a colour per arm, a line style per lr).
 
     """
     cells = _grid_runs(out_dir)
     if not cells:
         return []
+    from bouquet.apps.plots import plot_curves
+
+    names = sorted(p.name for p in out_dir.iterdir() if p.is_dir() and parse_run(p.name))
+    plot_curves({n: read_metrics(out_dir / n) for n in names}, PLOT_METRICS,
+                out_dir / "plots-lr-grid", title="scafcom per-arm lr grid",
+                family=lambda group: (parse_run(group) or (group,))[0])
     lrs = sorted({lr for by_lr in cells.values() for lr in by_lr})
     lines = ["", "### Per-arm lr grid (descriptive, no verdict)", "",
              f"Best accuracy / mean of the last {LAST_ROUNDS} rounds, averaged over the seeds "

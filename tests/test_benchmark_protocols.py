@@ -358,3 +358,4 @@ def test_scafcom_lr_grid_names_its_runs_and_keeps_them_out_of_the_checks(
     # lr 0.1's best (0.9) beats lr 0.02's seed mean (0.6), though its last-10 mean is 0.18
     assert "| fedavg | 0.6000 / 0.6000 | 0.9000 / 0.1800 | 0.1 | 0,1 | 12 |" in text
     assert "| scaffold | 0.9000 / 0.9000 | - | 0.02 | 0 | 12 |" in text
+    assert (tmp_path / "plots-lr-grid" / "accuracy_vs_round.png").is_file()
