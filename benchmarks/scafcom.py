@@ -99,14 +99,19 @@ def runs(quick: bool) -> list[BenchRun]:
             for name, cfg in VARIANTS.items() for seed in seeds]
 
 
-def _grid_runs(out_dir: Path) -> dict[str, dict[float, dict[int, tuple[float, float, int]]]]:
-    """Arm -> lr -> seed -> (best accuracy, mean of the last rounds, rounds) of OUT_DIR's grid runs.
+GridCells = dict[str, dict[float, dict[int, tuple[float, float, int]]]]
 
-    Every folder named ``ARM-lrLR-sSEED`` (:func:`bouquet.apps.bench.parse_run`) counts, read
-    from its ``metrics.jsonl``, so that one call reports the runs earlier calls at other lrs
-    left in the folder. Non-finite accuracies (``null`` in the file) are skipped.
+
+def _grid_runs(out_dir: Path) -> tuple[GridCells, dict[str, list[dict[str, Any]]]]:
+    """OUT_DIR's grid runs: arm -> lr -> seed -> (best accuracy, last-rounds mean, rounds), and
+    each run's ``metrics.jsonl`` records (read once, for the table and the plots).
+
+    Every folder named ``ARM-lrLR-sSEED`` (:func:`bouquet.apps.bench.parse_run`) counts, so
+    that one call reports the runs earlier calls at other lrs left in the folder. Non-finite
+    accuracies (``null`` in the file) are skipped.
     """
-    cells: dict[str, dict[float, dict[int, tuple[float, float, int]]]] = {}
+    cells: GridCells = {}
+    records: dict[str, list[dict[str, Any]]] = {}
     for run_dir in sorted(p for p in out_dir.iterdir() if p.is_dir()):
         parsed = parse_run(run_dir.name)
         if parsed is None:
@@ -114,14 +119,14 @@ def _grid_runs(out_dir: Path) -> dict[str, dict[float, dict[int, tuple[float, fl
         arm, lr, seed = parsed
         if seed is None:
             continue
-        rows = read_metrics(run_dir)
+        rows = records[run_dir.name] = read_metrics(run_dir)
         accs = [float(r["accuracy"]) for r in rows if isinstance(r.get("accuracy"), int | float)
                 and math.isfinite(r["accuracy"])]
         if accs:
             tail = accs[-LAST_ROUNDS:]
             cells.setdefault(arm, {}).setdefault(lr, {})[seed] = (
                 max(accs), sum(tail) / len(tail), len(rows))
-    return cells
+    return cells, records
 
 
 def lr_grid(out_dir: Path) -> list[str]:
@@ -145,13 +150,12 @@ def lr_grid(out_dir: Path) -> list[str]:
         ``OUT_DIR/plots-lr-grid`` (a colour per arm, a line style per lr).
 
     """
-    cells = _grid_runs(out_dir)
+    cells, records = _grid_runs(out_dir)
     if not cells:
         return []
     from bouquet.apps.plots import plot_curves
 
-    names = sorted(p.name for p in out_dir.iterdir() if p.is_dir() and parse_run(p.name))
-    plot_curves({n: read_metrics(out_dir / n) for n in names}, PLOT_METRICS,
+    plot_curves(records, PLOT_METRICS,
                 out_dir / "plots-lr-grid", title="scafcom per-arm lr grid",
                 family=lambda group: (parse_run(group) or (group,))[0])
     lrs = sorted({lr for by_lr in cells.values() for lr in by_lr})
