@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_checks import silo_rejoined
+from fleet_checks import saved_rounds, silo_rejoined
 
 from bouquet.apps.deploy import LocalFleet, make_node_key
 from bouquet.apps.registry import get_method, methods
@@ -71,17 +71,12 @@ def _wait_checkpoint(run_dir: Path, round_: int, runner: threading.Thread,
     raise AssertionError(f"{meta} did not reach round {round_}")
 
 
-def _saved_rounds(state: Path) -> list[int]:
-    """The rounds of the state versions a node saved (``r<round:06d>-...`` names)."""
-    return sorted(int(p.name[1:7]) for p in state.iterdir()) if state.is_dir() else []
-
-
 def _wait_saved_round(state: Path, round_: int, runner: threading.Thread,
                       timeout: float = 120) -> None:
     """Wait until the node saved its state of ``round_`` (it saves before it replies)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end and runner.is_alive():
-        if round_ in _saved_rounds(state):
+        if round_ in saved_rounds(state):
             return
         time.sleep(0.2)
     raise AssertionError(f"{state} has no state of round {round_}")
@@ -139,7 +134,7 @@ def test_fleet_survives_node_death_restart_and_an_intruder(tmp_path: Path) -> No
     assert back_after < ROUNDS - 1, f"restart_node returned only after round {back_after}"
     assert silo_rejoined(rows, silo=1, restarted_in=2), [
         (r.get("regret_silo1"), r["failures"]) for r in rows]
-    assert max(_saved_rounds(node1_state)) >= 3  # the restarted node saved a later round
+    assert max(saved_rounds(node1_state)) >= 3  # the restarted node saved a later round
 
     assert live_pids(pids) == []
     assert live_pids(pids_mentioning(str(tmp_path / "fleet"))) == []
