@@ -40,10 +40,12 @@ FMNIST = Path("/usr/share/datasets/fashion-mnist")
 GIB = 2**30
 
 
-def config(clients: int, per_round: int, rounds: int, out: Path, name: str) -> dict[str, Any]:
-    """The run config of one federation size."""
+def config(clients: int, per_round: int, rounds: int, out: Path, name: str,
+           discovery: str | None = None) -> dict[str, Any]:
+    """The run config of one federation size (``discovery``: the run-config key, else its default)."""
     task = "fmnist-cnn" if FMNIST.is_dir() else "digits-mlp"
-    return {"method": "scafcom", "task": task, "num-server-rounds": rounds,
+    extra = {} if discovery is None else {"discovery": discovery}
+    return {**extra, "method": "scafcom", "task": task, "num-server-rounds": rounds,
             "fraction-train": per_round / clients, "partition": "iid", "local-steps": 2,
             "batch-size": 2, "lr": 0.05, "evaluation": "central",
             "scafcom.compressor": "topk", "scafcom.compressor-ratio": 0.02, "scafcom.beta": 0.2,
@@ -97,10 +99,11 @@ class Watcher:
             self.peak_pss = max(self.peak_pss, pss)
 
 
-def measure(clients: int, per_round: int, rounds: int, out: Path) -> dict[str, Any]:
+def measure(clients: int, per_round: int, rounds: int, out: Path,
+            discovery: str | None = None) -> dict[str, Any]:
     """Run one federation size; return its row of the table."""
-    name = f"scale-{clients}"
-    cfg = config(clients, per_round, rounds, out, name)
+    name = f"scale-{clients}" + (f"-{discovery}" if discovery else "")
+    cfg = config(clients, per_round, rounds, out, name, discovery)
     # flower_home() makes its folder in tempfile's directory: a private one marks this run's
     # processes (SuperLink, simulation, Ray) apart from anything else on the machine
     # (short: Ray's socket paths below it must stay under 107 bytes)
@@ -132,11 +135,13 @@ def main() -> None:
     p.add_argument("--per-round", type=int, default=100)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", default=None, help="results folder (default: a temporary one)")
+    p.add_argument("--discovery", default=None, choices=("auto", "query", "sampled"),
+                   help="node discovery (run-config key `discovery`; default: the runner's auto)")
     args = p.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="perf-scale-")).resolve()
     rows = []
     for n in (int(x) for x in args.sizes.split(",")):
-        rows.append(measure(n, args.per_round, args.rounds, out))
+        rows.append(measure(n, args.per_round, args.rounds, out, args.discovery))
         print(json.dumps(rows[-1]), flush=True)
     print("\n| clients | per round | rounds | start s | round 1 s | later rounds s (mean) | "
           "total s | peak RSS GiB | peak PSS GiB | final acc |")
