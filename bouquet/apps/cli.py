@@ -204,6 +204,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run(args.method, args.task, args.server)
 
 
+def cmd_node_worker(args: argparse.Namespace) -> int:
+    """Serve a SuperNode's messages from one warm process (see bouquet/apps/node_worker.py)."""
+    import logging
+
+    from bouquet.apps.node_worker import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        serve(Path(args.socket))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used to generate docs)."""
     p = argparse.ArgumentParser(prog="bouquet", description="Federated methods for Flower.")
@@ -267,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--server", action="store_true",
                    help="check as a server (no task packages needed) instead of a node")
     s.set_defaults(func=cmd_doctor)
+
+    s = sub.add_parser("node-worker", help="run a SuperNode's messages in one warm process "
+                       "(start beside the node; node config worker-socket=PATH)")
+    s.add_argument("--socket", required=True, help="path of the Unix socket to listen on (the "
+                   "node's --node-config worker-socket)")
+    s.set_defaults(func=cmd_node_worker)
     return p
 
 

@@ -10,6 +10,9 @@ from and saved to the node's disk (:mod:`bouquet.clients.persistence`): node con
 ``state-dir`` on a SuperNode (``state-dir=off`` disables it), by default
 ``<run folder>/client-state`` (what simulation uses). Files are keyed by the run's name
 (``run-name``, or the folder of ``resume-from``), so they follow a server resume.
+
+A node whose config names ``worker-socket`` runs its messages on a warm worker process instead
+(:mod:`bouquet.apps.node_worker`), with these same handlers (:data:`HANDLERS`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from bouquet.apps.config import RunConfig, resolve
+from bouquet.apps.node_worker import Handler, forwarded
 from bouquet.apps.registry import get_task
 from bouquet.apps.results import CLIENT_STATE_DIR, default_results_dir, default_run_name
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
@@ -181,7 +185,6 @@ def _check_method(msg: Message, cfg: RunConfig) -> None:
         raise ValueError(f"message is for method {sent!r} but this run is {cfg.method.name!r}")
 
 
-@app.train()
 def train(msg: Message, context: Context) -> Message:
     """Run the method's local training procedure."""
     cfg, env = environment(context)
@@ -191,7 +194,6 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
-@app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate with the method's procedure (default: the task's metrics on local test rows)."""
     cfg, env = environment(context)
@@ -201,7 +203,6 @@ def evaluate(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
-@app.query()
 def query(msg: Message, context: Context) -> Message:
     """Answer hello / initial-arrays, or pass the action to the method."""
     if is_hello(msg):  # from the node's partition cache when it has the entry (no task load)
@@ -224,3 +225,11 @@ def query(msg: Message, context: Context) -> Message:
     proc = _procedure(cfg.method.client)
     content = with_node_memory(msg, context, cfg, env, lambda: proc.query(msg, context, env))
     return Message(content, reply_to=msg)
+
+
+#: The handlers by message kind: what the ClientApp registers (each forwarded to the node's
+#: worker when its config names one) and what the worker runs.
+HANDLERS: dict[str, Handler] = {"train": train, "evaluate": evaluate, "query": query}
+app.train()(forwarded("train", train))
+app.evaluate()(forwarded("evaluate", evaluate))
+app.query()(forwarded("query", query))
