@@ -137,6 +137,11 @@ def _with_node_memory(msg, context, cfg, env, answer):
 
 _ca.with_node_memory = _with_node_memory
 
+from bouquet.apps import node_worker as _nw  # noqa: E402
+
+# with a node worker (--worker) the message's work is the call to the worker, IPC included
+_nw.forward = _timed("work_s", _nw.forward)
+
 from bouquet.clients import base as _base  # noqa: E402
 
 # the node's rows (dataset load and split, or the partition cache) inside a message's work
@@ -277,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="bare-import timings, best of")
+    parser.add_argument("--worker", action="store_true", help="a warm `bouquet node-worker` "
+                        "beside each SuperNode (node config worker-socket): a message's work "
+                        "is then its call to the worker, serialisation and socket included")
     args = parser.parse_args(argv)
     methods = args.methods.split(",")
 
@@ -296,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = {}
     kinds: dict[str, str] = {}
     fleet_start = time.perf_counter()
-    with LocalFleet(args.nodes, workdir=work / "fleet") as fleet:
+    with LocalFleet(args.nodes, workdir=work / "fleet", worker=args.worker) as fleet:
         fleet_up = time.perf_counter() - fleet_start
         for m in methods:
             log = work / f"messages-{m}.jsonl"
@@ -307,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = message_rows(log)
             results[m] = {"deploy_s": time.perf_counter() - start, **breakdown(rows)}
             kinds[m] = by_kind(rows)
-    print(f"fleet start ({args.nodes} SuperNodes, TLS + authentication): {fleet_up:.1f} s")
+    print(f"fleet start ({args.nodes} SuperNodes, TLS + authentication"
+          f"{', each with a node worker' if args.worker else ''}): {fleet_up:.1f} s")
     print(f"\n{args.rounds} round(s), {args.nodes} nodes; per message: median seconds inside the "
           "flwr-clientapp process")
     cols = ["interpreter", "flower start", "pull", "FAB install", "bouquet import", "config",

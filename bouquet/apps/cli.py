@@ -144,7 +144,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if finished is not None:
         return _outcome(finished)
     check_local_nodes(resolved)
-    summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep)
+    summary = deploy_local(args.nodes, cfg, secure=not args.insecure, keep=args.keep,
+                           worker=args.worker)
     return _outcome(summary)
 
 
@@ -249,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--insecure", action="store_true",
                    help="no TLS, no node authentication (debugging only)")
     s.add_argument("--keep", action="store_true", help="keep the fleet folder (logs)")
+    s.add_argument("--worker", action="store_true", help="a warm `bouquet node-worker` beside "
+                   "each SuperNode (docs/deploy.md)")
     s.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
     common(s)
     s.set_defaults(func=cmd_deploy)

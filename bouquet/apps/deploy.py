@@ -115,12 +115,16 @@ class LocalFleet:
         TLS and SuperNode authentication (default). False runs everything ``--insecure``.
     workdir : Path, optional
         Where logs, certificates and Flower homes go (a temporary folder by default).
+    worker : bool
+        Start a warm ``bouquet node-worker`` beside each SuperNode and name its socket in the
+        node's config (``worker-socket``; :mod:`bouquet.apps.node_worker`).
 
     """
 
     def __init__(self, nodes: int, *, secure: bool = True, workdir: Path | None = None,
-                 state_root: Path | None = None) -> None:
+                 state_root: Path | None = None, worker: bool = False) -> None:
         self.num_nodes = nodes
+        self.worker = worker
         self.secure = secure
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="bq-fleet-")).resolve()
         #: Parent of the nodes' ``state-dir`` folders (default: inside :attr:`dir`).
@@ -275,6 +279,11 @@ class LocalFleet:
         port = self.node_ports.setdefault(i, free_port())
         node_config = (f"partition-id={i} num-partitions={self.num_nodes} "
                        f'state-dir="{self.state_dir(i)}"')
+        if self.worker:
+            sock = self.dir / f"worker{i}.sock"
+            if f"worker{i}" not in self.procs:
+                self._spawn(f"worker{i}", [_bin("bouquet"), "node-worker", "--socket", str(sock)])
+            node_config += f' worker-socket="{sock}"'
         cmd = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
                "--node-config", node_config, "--host", "127.0.0.1", "--port", str(port)]
         if self.secure:
@@ -381,12 +390,14 @@ def fleet_state_root(overrides: Mapping[str, Any]) -> Path:
 
 
 def deploy_local(nodes: int, overrides: Mapping[str, Any], *, secure: bool = True,
-                 keep: bool = False) -> Path:
+                 keep: bool = False, worker: bool = False) -> Path:
     """Start a fleet, run once, stop everything; return the summary path.
 
     The nodes' saved state goes to :func:`fleet_state_root`, which outlives the fleet.
+    ``worker``: a warm node worker beside each SuperNode (:class:`LocalFleet`).
     """
-    fleet = LocalFleet(nodes, secure=secure, state_root=fleet_state_root(overrides))
+    fleet = LocalFleet(nodes, secure=secure, state_root=fleet_state_root(overrides),
+                       worker=worker)
     print(f"[bouquet] fleet folder (logs, certificates): {fleet.dir}", flush=True)
     try:
         with fleet:
