@@ -19,8 +19,18 @@ from flwr.supercore.task_identity import TaskIdentity
 from bouquet.apps import node_worker
 from bouquet.apps.client_app import HANDLERS
 from bouquet.apps.local_grid import LocalGrid
-from bouquet.apps.node_worker import WORKER_SOCKET_KEY, Handler, bind, forward, forwarded, serve
+from bouquet.apps.node_worker import (
+    WORKER_SOCKET_KEY,
+    Handler,
+    bind,
+    forward,
+    forwarded,
+    peer_is_same_user,
+    serve,
+    worker_socket,
+)
 from bouquet.apps.runner import execute
+from bouquet.clients.persistence import MARKER
 
 
 def _short_socket(tmp_path: Path) -> Path:
@@ -153,10 +163,8 @@ def test_a_worker_of_another_version_is_not_used(tmp_path: Path,
 
     path = _short_socket(tmp_path)
     stop = _serve_in_thread(path, {"train": never})
-    try:
-        versions = iter(["0.0.0-client"])  # the node's side asks first, then the worker's default
-        real = node_worker._version
-        monkeypatch.setattr(node_worker, "_version", lambda: next(versions, real()))
+    try:  # the worker read its version before it listened; the node's side now reads another
+        monkeypatch.setattr(node_worker, "_version", lambda: "0.0.0-client")
         ran: list[int] = []
 
         def local(msg: Message, context: Context) -> Message:
@@ -173,6 +181,10 @@ def test_the_socket_is_private_and_a_stale_one_is_replaced(tmp_path: Path) -> No
     path = _short_socket(tmp_path)
     sock = bind(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    a, b = socket.socketpair(socket.AF_UNIX)
+    assert peer_is_same_user(a)  # what both sides check before they trust the other
+    a.close()
+    b.close()
     with pytest.raises(FileExistsError, match="already listens"):
         bind(path)
     sock.close()  # the worker died: its socket file stays behind
@@ -181,15 +193,26 @@ def test_the_socket_is_private_and_a_stale_one_is_replaced(tmp_path: Path) -> No
     path.write_text("not a socket")
     with pytest.raises(FileExistsError, match="not a socket"):
         bind(path)
+    shared = path.parent / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could swap the socket for one of theirs
+    with pytest.raises(PermissionError, match="writable by nobody else"):
+        bind(shared / "w.sock")
 
 
 def test_a_malformed_request_does_not_stop_the_worker(tmp_path: Path) -> None:
     path = _short_socket(tmp_path)
     stop = _serve_in_thread(path, {"train": lambda m, c: Message(RecordDict(), reply_to=m)})
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(str(path))
-            s.sendall(b"\x00\x00\x00\x00\x00\x00\x00\x05{bad")  # one broken frame, then close
+        for garbage in ([b"{bad"], [b"{bad", b"x", b"y"], [b"[1]", b"x", b"y"],
+                        [json.dumps({"kind": "train", "version": node_worker._version()}).encode(),
+                         b"not a protobuf \xff", b"\xff"]):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(str(path))
+                for frame in garbage:
+                    s.sendall(len(frame).to_bytes(8, "big") + frame)
+                s.shutdown(socket.SHUT_WR)
+                s.recv(1 << 16)  # whatever it answers, if anything
         forward(path, "train", _train_message(), _context(path))  # still served
     finally:
         stop.set()
@@ -222,3 +245,44 @@ print(sorted(m for m in ("torch", "scipy", "transformers") if m in sys.modules))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
+def test_a_broken_exchange_after_acceptance_is_an_error_and_reloads_the_state(
+        tmp_path: Path) -> None:
+    """The worker took the message (it may have trained): no second run in process, and the
+    node's next message restores the saved state instead of going on from the old one."""
+    path = _short_socket(tmp_path)
+    server = bind(path)
+
+    def accept_then_die() -> None:
+        conn, _ = server.accept()
+        with conn:
+            node_worker._recv_frames(conn, 3)
+            node_worker._send_frames(conn, json.dumps({"accepted": True}).encode())
+
+    thread = threading.Thread(target=accept_then_die, daemon=True)
+    thread.start()
+    ctx = _context(path)
+    ctx.state[MARKER] = ConfigRecord({"round": 1})  # restored earlier in this run
+    ran: list[int] = []
+
+    def local(msg: Message, context: Context) -> Message:
+        ran.append(1)
+        return Message(RecordDict(), reply_to=msg)
+
+    with pytest.raises(RuntimeError, match="broke off the train message it had accepted"):
+        forwarded("train", local)(_train_message(), ctx)
+    thread.join(timeout=5)
+    server.close()
+    assert ran == [] and MARKER not in ctx.state
+
+
+def test_the_node_config_key() -> None:
+    def ctx(value: object) -> Context:
+        return Context(1, 7, {WORKER_SOCKET_KEY: value}, RecordDict(), {})  # type: ignore[dict-item]
+
+    assert worker_socket(Context(1, 7, {}, RecordDict(), {})) is None
+    assert worker_socket(ctx("off")) is None and worker_socket(ctx("")) is None
+    assert worker_socket(ctx("/run/w.sock")) == Path("/run/w.sock")
+    with pytest.raises(ValueError, match="absolute path"):
+        worker_socket(ctx("w.sock"))

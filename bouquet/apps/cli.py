@@ -208,14 +208,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_node_worker(args: argparse.Namespace) -> int:
     """Serve a SuperNode's messages from one warm process (see bouquet/apps/node_worker.py)."""
     import logging
+    import signal
+    import threading
 
     from bouquet.apps.node_worker import serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        serve(Path(args.socket))
-    except KeyboardInterrupt:
-        pass
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # finish the message in hand, then exit
+        signal.signal(sig, lambda *_: stop.set())
+    serve(Path(args.socket), stop=stop)
     return 0
 
 

@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from bouquet.apps.config import name_run
 from bouquet.apps.fab import write_app
+from bouquet.apps.prestart import StartupError
 from bouquet.apps.processes import children, kill_pids, pids_mentioning, pids_with_env, stop_pids
 from bouquet.apps.results import default_results_dir
 from bouquet.apps.simulation import flower_env, free_port, run_config_arg
@@ -280,9 +281,7 @@ class LocalFleet:
         node_config = (f"partition-id={i} num-partitions={self.num_nodes} "
                        f'state-dir="{self.state_dir(i)}"')
         if self.worker:
-            sock = self.dir / f"worker{i}.sock"
-            if f"worker{i}" not in self.procs:
-                self._spawn(f"worker{i}", [_bin("bouquet"), "node-worker", "--socket", str(sock)])
+            sock = self.start_worker(i)
             node_config += f' worker-socket="{sock}"'
         cmd = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",
                "--node-config", node_config, "--host", "127.0.0.1", "--port", str(port)]
@@ -292,6 +291,20 @@ class LocalFleet:
         else:
             cmd += ["--insecure"]
         return self._spawn(name or f"node{i}", cmd)
+
+    def start_worker(self, i: int, timeout: float = 60.0) -> Path:
+        """Start node ``i``'s ``bouquet node-worker`` (once); return its socket when it listens."""
+        sock = self.dir / f"workers-node{i}" / "worker.sock"
+        name = f"worker{i}"
+        if name in self.procs and self.procs[name].poll() is None:
+            return sock
+        proc = self._spawn(name, [_bin("bouquet"), "node-worker", "--socket", str(sock)])
+        end = time.monotonic() + timeout
+        while not sock.exists():
+            if proc.poll() is not None or time.monotonic() > end:
+                raise StartupError(f"node worker {i} did not start (log: {self.dir / name}.log)")
+            time.sleep(0.1)
+        return sock
 
     def kill_node(self, i: int) -> None:
         """SIGKILL SuperNode ``i`` and the processes it started (a machine that dies).

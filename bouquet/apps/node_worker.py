@@ -9,25 +9,32 @@ starts on the same machine, as the same user, with ``bouquet node-worker --socke
 * the ``flwr-clientapp`` process imports Flower and bouquet's ClientApp (no torch, no task),
   sends the message and its context over the Unix socket, and returns the worker's reply and
   the new ``context.state`` to Flower;
-* the worker runs the very same handlers (:func:`bouquet.apps.client_app.handle`) with its
+* the worker runs the very same handlers (:data:`bouquet.apps.client_app.HANDLERS`) with its
   per-process caches (run config, task, partition, procedure, FedKSeed's rebuilt model) kept
   between messages, and writes node state to the node's disk as the ClientApp would.
 
 The node's state stays Flower's: the worker gets ``context.state`` with every message and
-returns it, keeping nothing of it. Where the worker cannot be reached (no socket, nobody
-listening) or runs another bouquet version, the message runs in the ``flwr-clientapp`` process as
-without a worker, with a warning; once a request was sent, a broken exchange is an error reply
-(the message may have trained, so it is not run a second time).
+returns it, keeping nothing of it. Both sides check that the other end of the socket runs
+under their own user id (``SO_PEERCRED``, Linux), and the worker binds only in a folder that
+this user owns and nobody else may write to.
 
-Wire format, one request per connection: three frames, each an 8-byte big-endian length and
-its bytes: a JSON header, Flower's ``Message`` protobuf, Flower's ``Context`` protobuf
-(:mod:`flwr.common.serde`); the answer has the same three frames (header ``{"ok": ...}``, the
-reply, the context after the message). The socket file is created readable and writable by its
-owner only: the worker trusts what comes through it as the node's own ClientApp.
+Where the worker cannot be reached, runs another bouquet version or does not accept the message,
+the message runs in the ``flwr-clientapp`` process as without a worker, with a warning. Once the
+worker has accepted a message, a broken exchange is an error reply (the message may have trained,
+so it is not run a second time), and the node's state is marked as not restored, so that the next
+message reloads it from ``state-dir`` (:func:`bouquet.clients.persistence.restore`) instead of
+going on from the state before this message.
+
+Wire format, one request per connection, each frame an 8-byte big-endian length and its bytes:
+the node sends three frames (a JSON header, Flower's ``Message`` protobuf, Flower's ``Context``
+protobuf, :mod:`flwr.common.serde`); the worker answers one frame (JSON: accepted or refused)
+and, when it accepted, three more (a JSON header ``{"ok": ...}``, the reply, the context after
+the message).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -36,7 +43,6 @@ import stat
 import struct
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,21 +57,26 @@ from flwr.common.serde import (
 from flwr.proto.message_pb2 import Context as ProtoContext
 from flwr.proto.message_pb2 import Message as ProtoMessage
 
+from bouquet.clients.persistence import MARKER
+
 log = logging.getLogger("bouquet")
 
 #: Node-config key naming the worker's socket (``flower-supernode --node-config``).
 WORKER_SOCKET_KEY = "worker-socket"
-#: Largest frame either side accepts (a model update of a large LoRA model fits easily).
-MAX_FRAME = 2**32
+#: Largest frame either side accepts: protobuf's own limit on one message.
+MAX_FRAME = 2**31 - 1
+#: How long the worker waits for a request's frames once a connection is open (seconds).
+REQUEST_TIMEOUT = 60.0
 _LEN = struct.Struct(">Q")
 
 Handler = Callable[[Message, Context], Message]
 
 
 class WorkerUnavailable(RuntimeError):
-    """Nothing was sent: no worker listens at the socket, or it runs another bouquet version."""
+    """Nothing ran on the worker: none listens, it is not ours, or it refused the message."""
 
 
+@functools.lru_cache(maxsize=1)
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -78,16 +89,18 @@ def _version() -> str:
 # ---------------------------------------------------------------------- framing
 def _send_frames(sock: socket.socket, *frames: bytes) -> None:
     for frame in frames:
-        sock.sendall(_LEN.pack(len(frame)) + frame)
+        sock.sendall(_LEN.pack(len(frame)))
+        sock.sendall(frame)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
+        if k == 0:
+            raise ConnectionError(f"connection closed after {got} of {n} bytes")
+        got += k
     return bytes(buf)
 
 
@@ -99,6 +112,13 @@ def _recv_frames(sock: socket.socket, count: int) -> list[bytes]:
             raise ValueError(f"frame of {size} bytes is larger than {MAX_FRAME}")
         frames.append(_recv_exact(sock, size))
     return frames
+
+
+def _json_object(blob: bytes) -> dict[str, Any]:
+    value = json.loads(blob)
+    if not isinstance(value, dict):
+        raise ValueError("header is not a JSON object")
+    return value
 
 
 def _message_bytes(msg: Message) -> bytes:
@@ -121,47 +141,106 @@ def _parse_context(blob: bytes) -> Context:
     return context_from_proto(proto)
 
 
+def peer_is_same_user(sock: socket.socket) -> bool:
+    """Whether the process at the other end of ``sock`` runs under this process's user id.
+
+    Read with ``SO_PEERCRED`` (Linux); where the platform cannot tell, the answer is False, so
+    that neither side trusts an unknown peer.
+    """
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return False
+    creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return bool(uid == os.getuid())
+
+
 # ---------------------------------------------------------------------- the node's side
 def worker_socket(context: Context) -> Path | None:
-    """The worker's socket named by the node config, or None (no worker: run in process)."""
+    """The worker's socket named by the node config, or None (no worker: run in process).
+
+    ``off`` (or an empty value) means no worker. A relative path is refused: the SuperNode and
+    the worker do not share a working folder.
+    """
     setting = context.node_config.get(WORKER_SOCKET_KEY)
-    if setting is None or not str(setting).strip():
+    text = "" if setting is None else str(setting).strip()
+    if text.lower() in ("", "off", "none", "false"):
         return None
-    return Path(str(setting)).expanduser()
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise ValueError(f"node config {WORKER_SOCKET_KEY}={text!r}: give an absolute path")
+    return path
 
 
 def forward(path: Path, kind: str, msg: Message, context: Context) -> Message:
     """Run ``msg`` on the worker at ``path``; set ``context.state``; return the reply.
 
-    Raises :class:`WorkerUnavailable` when nothing was sent (the caller runs the message itself),
-    and ``RuntimeError`` with the worker's traceback when the handler failed there (its
-    ``context.state`` is kept all the same, as a failing handler's would be in process).
+    Parameters
+    ----------
+    path : Path
+        The worker's socket.
+    kind : str
+        ``train``, ``evaluate`` or ``query``: which handler the worker runs.
+    msg, context : Message, Context
+        What Flower gave the ClientApp.
+
+    Returns
+    -------
+    Message
+        The worker's reply content, as a reply to ``msg``.
+
+    Raises
+    ------
+    WorkerUnavailable
+        Nothing ran on the worker (none listens, another user's or another version's process
+        listens, or it did not accept the message): the caller may run the message itself.
+    RuntimeError
+        The worker accepted the message and the handler failed there (``context.state`` is
+        what the handler left, as a failing handler's would be in process), or the exchange
+        broke after the worker accepted it (``context.state`` is then marked as not restored,
+        so the next message reloads the node's saved state).
+
     """
+    request = [json.dumps({"kind": kind, "version": _version()}).encode(), _message_bytes(msg),
+               _context_bytes(context)]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:
             sock.connect(str(path))
+            if not peer_is_same_user(sock):
+                raise WorkerUnavailable(f"the process at {path} does not run as this user")
+            _send_frames(sock, *request)
+            (first,) = _recv_frames(sock, 1)
         except OSError as exc:
             raise WorkerUnavailable(f"no node worker at {path}: {exc}") from exc
-        header = json.dumps({"kind": kind, "version": _version()}).encode()
-        _send_frames(sock, header, _message_bytes(msg), _context_bytes(context))
-        head, reply_blob, context_blob = _recv_frames(sock, 3)
+        accepted = _json_object(first)
+        if not accepted.get("accepted"):
+            raise WorkerUnavailable(str(accepted.get("refused", "the worker refused the message")))
+        try:
+            head, reply_blob, context_blob = _recv_frames(sock, 3)
+        except (OSError, ValueError) as exc:
+            context.state.pop(MARKER, None)  # reload the saved state on the next message
+            raise RuntimeError(f"node worker at {path} broke off the {kind} message it had "
+                               f"accepted: {exc}") from exc
     finally:
         sock.close()
-    answer: dict[str, Any] = json.loads(head)
-    if answer.get("refused"):
-        raise WorkerUnavailable(str(answer["refused"]))
+    answer = _json_object(head)
     if context_blob:
         context.state = _parse_context(context_blob).state
+    else:
+        context.state.pop(MARKER, None)
     if not answer.get("ok"):
-        raise RuntimeError(f"node worker at {path}: {answer.get('error', 'failed')}")
+        raise RuntimeError(f"node worker: {answer.get('error', 'failed')}")
     reply = _parse_message(reply_blob)
+    if reply.has_error():
+        raise RuntimeError(f"node worker: {reply.error.reason}")
     return Message(reply.content, reply_to=msg)
 
 
 def forwarded(kind: str, handler: Handler) -> Handler:
     """``handler`` run on the node's worker when the node config names one, else in process."""
 
+    @functools.wraps(handler)
     def run(msg: Message, context: Context) -> Message:
         path = worker_socket(context)
         if path is not None:
@@ -171,48 +250,59 @@ def forwarded(kind: str, handler: Handler) -> Handler:
                 log.warning("%s; running the message in this process", exc)
         return handler(msg, context)
 
-    run.__name__ = handler.__name__
-    run.__doc__ = handler.__doc__
     return run
 
 
 # ---------------------------------------------------------------------- the worker
-def serve_one(conn: socket.socket, handlers: dict[str, Handler]) -> None:
-    """Answer one request on ``conn`` with ``handlers[kind]`` (kept apart for the tests)."""
-    head, msg_blob, context_blob = _recv_frames(conn, 3)
-    request = json.loads(head)
-    kind = str(request.get("kind", ""))
-    if request.get("version") != _version():
-        refusal = (f"the node worker runs bouquet {_version()}, the ClientApp "
-                   f"{request.get('version')}")
-        _send_frames(conn, json.dumps({"refused": refusal}).encode(), b"", b"")
+def serve_one(conn: socket.socket, handlers: dict[str, Handler], version: str) -> None:
+    """Answer one request on ``conn`` with ``handlers[kind]`` (kept apart for the tests).
+
+    ``version`` is the worker's bouquet version (a request from another version is refused).
+    """
+    if not peer_is_same_user(conn):
+        _send_frames(conn, json.dumps({"refused": "the worker serves its own user only"}).encode())
         return
-    if kind not in handlers:
-        _send_frames(conn, json.dumps({"ok": False, "error": f"unknown kind {kind!r}"}).encode(),
-                     b"", context_blob)
+    conn.settimeout(REQUEST_TIMEOUT)
+    head, msg_blob, context_blob = _recv_frames(conn, 3)
+    request = _json_object(head)
+    kind = str(request.get("kind", ""))
+    if request.get("version") != version:
+        refusal = f"the node worker runs bouquet {version}, the ClientApp {request.get('version')}"
+    elif kind not in handlers:
+        refusal = f"the node worker has no {kind!r} handler"
+    else:
+        refusal = ""
+    if refusal:
+        _send_frames(conn, json.dumps({"refused": refusal}).encode())
         return
     msg, context = _parse_message(msg_blob), _parse_context(context_blob)
+    _send_frames(conn, json.dumps({"accepted": True}).encode())
+    conn.settimeout(None)
     t0 = time.perf_counter()
+    header: dict[str, Any]
     try:
-        reply = handlers[kind](msg, context)
+        reply_blob = _message_bytes(handlers[kind](msg, context))
+        header = {"ok": True, "work_s": time.perf_counter() - t0}
     except Exception as exc:  # the ClientApp raises it on the node's side, as in process
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        log.warning("node worker: %s message failed: %s", kind, text)
-        _send_frames(conn, json.dumps({"ok": False, "error": text}).encode(), b"",
-                     _context_bytes(context))
-        return
-    header = {"ok": True, "work_s": time.perf_counter() - t0}
-    _send_frames(conn, json.dumps(header).encode(), _message_bytes(reply),
-                 _context_bytes(context))
+        log.exception("node worker: %s message failed", kind)
+        reply_blob = b""
+        header = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    _send_frames(conn, json.dumps(header).encode(), reply_blob, _context_bytes(context))
 
 
 def bind(path: str | Path) -> socket.socket:
     """A listening Unix socket at ``path``, readable and writable by its owner only.
 
-    A stale socket file (a worker that died) is replaced; any other file there is refused.
+    The folder must belong to this user and be writable by nobody else (else another user could
+    replace the socket). A stale socket file (a worker that died) is replaced; a live one or any
+    other file there is refused.
     """
     path = Path(path).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = path.parent.stat()
+    if folder.st_uid != os.getuid() or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(f"{path.parent} must belong to this user and be writable by "
+                              "nobody else (chmod 700)")
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise FileExistsError(f"{path} exists and is not a socket; choose another path")
@@ -226,11 +316,8 @@ def bind(path: str | Path) -> socket.socket:
         finally:
             probe.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    finally:
-        os.umask(old)
+    sock.bind(str(path))
+    os.chmod(path, 0o600)  # before listen(): no connection is possible until then
     sock.listen(8)
     return sock
 
@@ -239,30 +326,41 @@ def serve(path: str | Path, handlers: dict[str, Handler] | None = None,
           stop: threading.Event | None = None) -> int:
     """Answer requests at ``path`` one at a time, until interrupted or ``stop`` is set.
 
-    ``handlers`` default to bouquet's ClientApp handlers. Returns the number of requests taken.
+    ``handlers`` default to bouquet's ClientApp handlers. A message being answered when
+    ``stop`` is set is finished first. Returns the number of connections taken.
     """
     if handlers is None:
         from bouquet.apps.client_app import HANDLERS
 
         handlers = HANDLERS
+    version = _version()
     sock = bind(path)
+    where = Path(path).expanduser().resolve()
+    inode = where.stat().st_ino
     sock.settimeout(0.5)  # to look at ``stop`` between requests
-    log.info("node worker listening at %s (bouquet %s, pid %d)", path, _version(), os.getpid())
-    answered = 0
+    log.info("node worker listening at %s (bouquet %s, pid %d)", where, version, os.getpid())
+    taken = 0
     try:
         while stop is None or not stop.is_set():
             try:
                 conn, _ = sock.accept()
             except TimeoutError:
                 continue
-            conn.settimeout(None)
+            except OSError as exc:  # e.g. out of file descriptors: wait, then go on
+                log.warning("node worker: accept failed: %s", exc)
+                time.sleep(0.5)
+                continue
+            taken += 1
             with conn:
                 try:
-                    serve_one(conn, handlers)
+                    serve_one(conn, handlers, version)
                 except Exception as exc:  # a broken or malformed request: the next one is served
                     log.warning("node worker: request dropped: %s", exc)
-            answered += 1
     finally:
         sock.close()
-        Path(path).expanduser().resolve().unlink(missing_ok=True)
-    return answered
+        try:  # only our own socket: a newer worker may have replaced it
+            if where.stat().st_ino == inode:
+                where.unlink()
+        except FileNotFoundError:
+            pass
+    return taken
