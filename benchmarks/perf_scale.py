@@ -41,13 +41,13 @@ GIB = 2**30
 
 
 def config(clients: int, per_round: int, rounds: int, out: Path, name: str,
-           discovery: str | None = None) -> dict[str, Any]:
+           discovery: str | None = None, evaluation: str = "central") -> dict[str, Any]:
     """The run config of one federation size (``discovery``: the run-config key, else its default)."""
     task = "fmnist-cnn" if FMNIST.is_dir() else "digits-mlp"
     extra = {} if discovery is None else {"discovery": discovery}
-    return {**extra, "method": "scafcom", "task": task, "num-server-rounds": rounds,
+    return {**extra, "evaluation": evaluation, "method": "scafcom", "task": task, "num-server-rounds": rounds,
             "fraction-train": per_round / clients, "partition": "iid", "local-steps": 2,
-            "batch-size": 2, "lr": 0.05, "evaluation": "central",
+            "batch-size": 2, "lr": 0.05,
             "scafcom.compressor": "topk", "scafcom.compressor-ratio": 0.02, "scafcom.beta": 0.2,
             "results-dir": str(out), "run-name": name}
 
@@ -100,10 +100,11 @@ class Watcher:
 
 
 def measure(clients: int, per_round: int, rounds: int, out: Path,
-            discovery: str | None = None) -> dict[str, Any]:
+            discovery: str | None = None, evaluation: str = "central") -> dict[str, Any]:
     """Run one federation size; return its row of the table."""
-    name = f"scale-{clients}" + (f"-{discovery}" if discovery else "")
-    cfg = config(clients, per_round, rounds, out, name, discovery)
+    name = (f"scale-{clients}" + (f"-{discovery}" if discovery else "")
+            + ("" if evaluation == "central" else f"-eval-{evaluation}"))
+    cfg = config(clients, per_round, rounds, out, name, discovery, evaluation)
     # flower_home() makes its folder in tempfile's directory: a private one marks this run's
     # processes (SuperLink, simulation, Ray) apart from anything else on the machine
     # (short: Ray's socket paths below it must stay under 107 bytes)
@@ -121,11 +122,12 @@ def measure(clients: int, per_round: int, rounds: int, out: Path,
     data = json.loads(summary.read_text())
     # round 1 ended when its line appeared (to the 0.5 s poll); it started wall_s before that
     start_s = mem.first_line_at - t0 - walls[0]
+    acc = data["final"].get("accuracy")  # None without evaluation
     return {"clients": clients, "per_round": per_round, "rounds": len(lines),
             "start_s": start_s, "round1_s": walls[0],
             "later_s": sum(walls[1:]) / max(len(walls) - 1, 1), "total_s": total,
             "peak_rss_gib": mem.peak_rss / GIB, "peak_pss_gib": mem.peak_pss / GIB,
-            "accuracy": data["final"].get("accuracy"), "task": cfg["task"]}
+            "accuracy": float("nan") if acc is None else float(acc), "task": cfg["task"]}
 
 
 def main() -> None:
@@ -137,11 +139,15 @@ def main() -> None:
     p.add_argument("--out", default=None, help="results folder (default: a temporary one)")
     p.add_argument("--discovery", default=None, choices=("auto", "query", "sampled"),
                    help="node discovery (run-config key `discovery`; default: the runner's auto)")
+    p.add_argument("--evaluation", default="central", choices=("central", "none"),
+                   help="central (default): the test set after every round; none: no evaluation, "
+                   "to separate its cost (the final accuracy then reads nan)")
     args = p.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="perf-scale-")).resolve()
     rows = []
     for n in (int(x) for x in args.sizes.split(",")):
-        rows.append(measure(n, args.per_round, args.rounds, out, args.discovery))
+        rows.append(measure(n, args.per_round, args.rounds, out, args.discovery,
+                            args.evaluation))
         print(json.dumps(rows[-1]), flush=True)
     print("\n| clients | per round | rounds | start s | round 1 s | later rounds s (mean) | "
           "total s | peak RSS GiB | peak PSS GiB | final acc |")
