@@ -8,6 +8,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,8 +36,6 @@ from bouquet.clients.persistence import MARKER
 
 def _short_socket(tmp_path: Path) -> Path:
     """A socket path under the 107-byte limit of AF_UNIX (pytest's tmp_path may exceed it)."""
-    import tempfile
-
     return Path(tempfile.mkdtemp(prefix="bqw", dir="/tmp")) / "w.sock"
 
 
@@ -286,3 +285,26 @@ def test_the_node_config_key() -> None:
     assert worker_socket(ctx("/run/w.sock")) == Path("/run/w.sock")
     with pytest.raises(ValueError, match="absolute path"):
         worker_socket(ctx("w.sock"))
+
+
+def test_a_fleet_worker_process_restarts_and_stops_cleanly(tmp_path: Path) -> None:
+    """``bouquet node-worker`` as a real process: LocalFleet waits for it to listen, replaces a
+    killed one (its stale socket left behind), and SIGTERM makes it remove its socket."""
+    from bouquet.apps.deploy import LocalFleet
+
+    fleet = LocalFleet(1, secure=False, workdir=Path(tempfile.mkdtemp(prefix="bqf", dir="/tmp")),
+                       worker=True)
+    try:
+        sock = fleet.start_worker(0)
+        first = fleet.procs["worker0"]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))  # it listens
+        first.kill()  # a machine that dies: no clean-up, the socket file stays
+        first.wait(timeout=10)
+        assert sock.exists()
+        assert fleet.start_worker(0) == sock and fleet.procs["worker0"] is not first
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))  # the new one listens there
+    finally:
+        fleet.stop()
+    assert not sock.exists()  # SIGTERM: the worker closed and removed its socket

@@ -298,6 +298,7 @@ class LocalFleet:
         name = f"worker{i}"
         if name in self.procs and self.procs[name].poll() is None:
             return sock
+        sock.unlink(missing_ok=True)  # a killed worker's: wait for the new one's below
         proc = self._spawn(name, [_bin("bouquet"), "node-worker", "--socket", str(sock)])
         end = time.monotonic() + timeout
         while not sock.exists():
@@ -315,6 +316,10 @@ class LocalFleet:
         proc = self.procs.pop(f"node{i}")
         kill_pids(sorted({proc.pid, *children(proc.pid), *self._pids_of(f"node{i}")}))
         proc.wait(timeout=10)
+        worker = self.procs.pop(f"worker{i}", None)  # on the same machine: it dies too
+        if worker is not None:
+            kill_pids([worker.pid])
+            worker.wait(timeout=10)
 
     def restart_node(self, i: int, *, graceful: bool = True, deadline: float = 150.0
                      ) -> subprocess.Popen[bytes]:
