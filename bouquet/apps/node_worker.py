@@ -278,11 +278,10 @@ def serve_one(conn: socket.socket, handlers: dict[str, Handler], version: str) -
     msg, context = _parse_message(msg_blob), _parse_context(context_blob)
     _send_frames(conn, json.dumps({"accepted": True}).encode())
     conn.settimeout(None)
-    t0 = time.perf_counter()
     header: dict[str, Any]
     try:
         reply_blob = _message_bytes(handlers[kind](msg, context))
-        header = {"ok": True, "work_s": time.perf_counter() - t0}
+        header = {"ok": True}
     except Exception as exc:  # the ClientApp raises it on the node's side, as in process
         log.exception("node worker: %s message failed", kind)
         reply_blob = b""
