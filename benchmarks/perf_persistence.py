@@ -83,6 +83,8 @@ def measure_one(method: str, mode: str, rounds: int, out: Path) -> dict[str, flo
     spent = {"node": 0.0, "server": 0.0}
     client_app.persist = _timed(client_app.persist, spent, "node")  # type: ignore[assignment]
     client_app.restore = _timed(client_app.restore, spent, "node")  # type: ignore[assignment]
+    # the checkpoint includes the round's file-system sync (before session 15 the recorder
+    # called it itself; a --before tree may still)
     recorder.save_checkpoint = _timed(recorder.save_checkpoint, spent, "server")  # type: ignore
     if hasattr(recorder, "sync_filesystem"):
         recorder.sync_filesystem = _timed(recorder.sync_filesystem, spent, "server")  # type: ignore

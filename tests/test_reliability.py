@@ -8,6 +8,7 @@ in-process grid. A new :class:`LocalGrid` is a new ``flwr run``: new run id, emp
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -703,19 +704,55 @@ def test_a_version_folder_of_an_earlier_release_is_still_restored(tmp_path: Path
 def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    """Simulated nodes write into the page cache; round r's checkpoint waits for their disk."""
-    import bouquet.apps.recorder as recorder
+    """Simulated nodes write into the page cache; round r's checkpoint waits for their disk.
+
+    One file-system sync a round makes their versions and the checkpoint's state file durable
+    together, before ``meta.json`` (which makes the checkpoint current) is written; the state
+    file gets no ``fsync`` of its own (issue 17, target 5).
+    """
+    import bouquet.strategies.checkpoint as checkpoint
 
     events: list[str] = []
-    save = recorder.save_checkpoint
-    monkeypatch.setattr(recorder, "sync_filesystem",
-                        lambda folder: events.append(f"sync {folder.name}"))
-    monkeypatch.setattr(recorder, "save_checkpoint",
-                        lambda *a, **k: (events.append("checkpoint"), save(*a, **k))[1])
+    sync, write = checkpoint.sync_filesystem, checkpoint.atomic_write
+
+    def logged_sync(folder: Path) -> None:
+        events.append(f"sync {folder.name}")
+        sync(folder)
+
+    def logged_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+        events.append(f"write {path.name.split('-')[0]} fsync={fsync}")
+        write(path, data, fsync=fsync)
+
+    monkeypatch.setattr(checkpoint, "sync_filesystem", logged_sync)
+    monkeypatch.setattr(checkpoint, "atomic_write", logged_write)
     name = "dp-fedlinucb-ldp" if "dp-fedlinucb-ldp" in methods() else "scafcom"
     run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "x",
                                   "fraction-train": 1.0}), nodes=2)
-    assert events == ["sync client-state", "checkpoint"] * 2
+    assert events == ["write state fsync=False", "sync checkpoint",
+                      "write meta.json fsync=True"] * 2
+    assert (tmp_path / "x" / "client-state").is_dir()  # the folder the sync had to cover
+
+
+def test_a_checkpoint_without_node_state_fsyncs_its_state_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """With no folder to sync first, the state file is flushed by its own ``fsync``."""
+    import bouquet.strategies.checkpoint as checkpoint
+
+    synced: list[Path] = []
+    monkeypatch.setattr(checkpoint, "sync_filesystem", synced.append)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+    checkpoint.save_checkpoint(tmp_path / "ck", 1, {"w": np.ones(3)})
+    assert not synced and len(fsyncs) == 2  # the state file and meta.json
+    synced.clear()
+    fsyncs.clear()
+    (tmp_path / "nodes").mkdir()
+    checkpoint.save_checkpoint(tmp_path / "ck", 2, {"w": np.ones(3)},
+                               durable_first=tmp_path / "nodes")
+    assert synced == [tmp_path / "ck"] and len(fsyncs) == 1  # one sync, then meta.json
+    assert checkpoint.load_checkpoint(tmp_path / "ck")[0] == 2
 
 
 def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from bouquet.apps.results import CLIENT_STATE_DIR, ResultsWriter
 from bouquet.strategies.base import BouquetStrategy
-from bouquet.strategies.checkpoint import save_checkpoint, sync_filesystem
+from bouquet.strategies.checkpoint import save_checkpoint
 from bouquet.strategies.round_log import RoundLog
 from bouquet.strategies.rounds import RoundReport
 
@@ -111,10 +111,11 @@ class RunRecorder:
                                | set(strategy.headline_metrics()))
         self.writer.append(record)
         node_state = self.run_dir / CLIENT_STATE_DIR
-        if node_state.is_dir():  # simulated nodes wrote their state there, into the page cache
-            sync_filesystem(node_state)  # on the disk before the checkpoint that relies on it
+        # simulated nodes wrote their state there, into the page cache: on the disk before the
+        # checkpoint that relies on it (one file-system sync covers it and the checkpoint)
         save_checkpoint(self.run_dir / CHECKPOINT_DIR, report.round, strategy.state_dict(),
-                        {**self.identity, "headline": self.headline})
+                        {**self.identity, "headline": self.headline},
+                        durable_first=node_state if node_state.is_dir() else None)
         self.last_round = report.round
 
     def finish(self, strategy: BouquetStrategy,

@@ -27,7 +27,8 @@ saved version survives"): with it, the file and its folder are flushed to the di
 reply leaves (a power cut loses nothing answered); without it, the version is in the kernel's
 page cache when the reply leaves, which outlives a killed node process, and whoever needs it on
 the disk syncs the file system once for many nodes (the simulation server does, every round,
-before its checkpoint: :func:`~bouquet.strategies.checkpoint.sync_filesystem`).
+before its checkpoint becomes current: :func:`~bouquet.strategies.checkpoint.save_checkpoint`
+with ``durable_first``).
 
 Which version is restored (a node with no ``bouquet.persistence`` marker in ``context.state``):
 
