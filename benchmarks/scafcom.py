@@ -19,6 +19,10 @@ per-arm grid of :data:`LR_GRID` (benchmarks/RESULTS.md, scafcom) runs one call p
 folder. Such runs are left out of the checks (they hold at the suite's shared lr); the report
 tabulates every grid run in the folder, earlier calls' too, each arm at its best lr
 (:func:`lr_grid`).
+
+``SCAFCOM_BENCH_FRACTION=<f>`` runs every arm with that fraction of the clients per round
+(``fraction-train``, the suite's 0.1 otherwise) and adds ``-fracF`` to each name: such runs are
+left out of the checks, which are declared for 10 % participation, and out of the lr grid.
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ def runs(quick: bool) -> list[BenchRun]:
 
     ``SCAFCOM_BENCH_ROUNDS=<n>`` in the environment overrides the number of rounds (the longer
     checks in benchmarks/RESULTS.md use 200 and 600); ``SCAFCOM_BENCH_LR=<lr>`` sets every run's
-    learning rate and adds ``-lrLR`` to its name (one lr of the grid, :data:`LR_GRID`).
+    learning rate and adds ``-lrLR`` to its name (one lr of the grid, :data:`LR_GRID`);
+    ``SCAFCOM_BENCH_FRACTION=<f>`` sets the clients per round and adds ``-fracF``.
     """
     base = {**COMMON, **(QUICK if quick else FULL)}
     if int(os.environ.get("SCAFCOM_BENCH_ROUNDS", "0")) > 0:
@@ -93,6 +98,12 @@ def runs(quick: bool) -> list[BenchRun]:
         if not 0 < lr < 10:
             raise ValueError(f"SCAFCOM_BENCH_LR must be a learning rate in (0, 10), got {lr}")
         base["lr"], tag = lr, f"-lr{lr:g}"
+    if os.environ.get("SCAFCOM_BENCH_FRACTION"):
+        fraction = float(os.environ["SCAFCOM_BENCH_FRACTION"])
+        if not 0 < fraction <= 1:
+            raise ValueError("SCAFCOM_BENCH_FRACTION must be a fraction of the clients in "
+                             f"(0, 1], got {fraction}")
+        base["fraction-train"], tag = fraction, f"{tag}-frac{fraction:g}"
     seeds = [0] if quick else [0, 1, 2]
     return [BenchRun(name=f"{name}{tag}-s{seed}", config={**base, **cfg, "seed": seed},
                      clients=CLIENTS)

@@ -306,6 +306,28 @@ def test_scafcom_report_gives_the_unscreened_control_no_verdict(tmp_path: Path) 
            "and final 0.1000" in text
 
 
+def test_scafcom_fraction_runs_are_named_and_kept_out_of_the_checks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SCAFCOM_BENCH_FRACTION`` sets the clients per round and tags each name, so that the
+    checks (declared for 10 % participation) and the lr grid never read such a run."""
+    import json
+
+    suite = load_suite("scafcom")
+    monkeypatch.setenv("SCAFCOM_BENCH_FRACTION", "1")
+    runs = {r.name: r for r in suite.runs(False)}
+    assert runs["scaffold-frac1-s2"].config["fraction-train"] == 1.0
+    assert all(name.endswith(("-frac1-s0", "-frac1-s1", "-frac1-s2")) for name in runs)
+    for bad in ("0", "1.5"):
+        monkeypatch.setenv("SCAFCOM_BENCH_FRACTION", bad)
+        with pytest.raises(ValueError, match="fraction"):
+            suite.runs(False)
+    summaries = {name: {"best": {"accuracy": 0.7}, "final": {"accuracy": 0.7},
+                        "comm": {"up_bytes_total": 1.0}}
+                 for name in ("scaffold-frac1-s0", "scafcom-topk-frac1-s0")}
+    suite.report(summaries, tmp_path)
+    assert json.loads((tmp_path / "verdicts.json").read_text())["checks"] == []
+
+
 def test_scafcom_lr_grid_names_its_runs_and_keeps_them_out_of_the_checks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``SCAFCOM_BENCH_LR`` runs are named by lr and left out of the shared-lr checks and byte
