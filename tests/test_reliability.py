@@ -749,10 +749,17 @@ def test_a_checkpoint_without_node_state_fsyncs_its_state_file(tmp_path: Path,
     synced.clear()
     fsyncs.clear()
     (tmp_path / "nodes").mkdir()
-    checkpoint.save_checkpoint(tmp_path / "ck", 2, {"w": np.ones(3)},
+    checkpoint.save_checkpoint(tmp_path / "ck", 2, {"w": np.full(3, 2.0)},
                                durable_first=tmp_path / "nodes")
     assert synced == [tmp_path / "ck"] and len(fsyncs) == 1  # one sync, then meta.json
     assert checkpoint.load_checkpoint(tmp_path / "ck")[0] == 2
+    synced.clear()
+    fsyncs.clear()
+    # an unchanged state replaces the very file meta.json names: flushed before its rename
+    checkpoint.save_checkpoint(tmp_path / "ck", 3, {"w": np.full(3, 2.0)},
+                               durable_first=tmp_path / "nodes")
+    assert synced == [tmp_path / "ck"] and len(fsyncs) == 2
+    assert checkpoint.load_checkpoint(tmp_path / "ck")[0] == 3
 
 
 def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:

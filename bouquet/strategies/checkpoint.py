@@ -178,7 +178,9 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     simulated nodes' saved state), makes that flush one file-system sync
     (:func:`sync_filesystem`) of the checkpoint's file system, and of the folder's own if it is
     another one, after the state file is written and before ``meta.json`` is: the folder and
-    the state file reach the disk together, with one sync instead of a sync and an ``fsync``.
+    the state file reach the disk together, with one sync instead of a sync and an ``fsync``
+    (except when the state is unchanged: its file then replaces the one ``meta.json`` names
+    and is flushed first, as without ``durable_first``).
     """
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(dict(state), "", arrays)
@@ -190,8 +192,11 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     state_name = f"state-{digest[:16]}.npz"
     meta = {"round": round_, "sha256": digest, "state_file": state_name, "state": skeleton,
             "extra": dict(extra or {})}
-    # beside the state the current meta.json names
-    atomic_write(folder / state_name, blob, fsync=durable_first is None)
+    # beside the state the current meta.json names; an unchanged state has the same name as
+    # that one, and replacing the file meta.json names is safe only with the new one on the disk
+    # first (its own fsync)
+    fold = durable_first is not None and not (folder / state_name).exists()
+    atomic_write(folder / state_name, blob, fsync=not fold)
     if durable_first is not None:
         sync_filesystem(folder)
         if os.stat(durable_first).st_dev != os.stat(folder).st_dev:
