@@ -707,8 +707,9 @@ def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
     """Simulated nodes write into the page cache; round r's checkpoint waits for their disk.
 
     One file-system sync a round makes their versions and the checkpoint's state file durable
-    together, before ``meta.json`` (which makes the checkpoint current) is written; the state
-    file gets no ``fsync`` of its own (issue 17, target 5).
+    together, before ``meta.json`` (which makes the checkpoint current) is written; where that
+    sync is reliable (Linux ``syncfs``) the state file gets no ``fsync`` of its own (issue 17,
+    target 5).
     """
     import bouquet.strategies.checkpoint as checkpoint
 
@@ -728,38 +729,80 @@ def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
     name = "dp-fedlinucb-ldp" if "dp-fedlinucb-ldp" in methods() else "scafcom"
     run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "x",
                                   "fraction-train": 1.0}), nodes=2)
-    assert events == ["write state fsync=False", "sync checkpoint",
+    own_fsync = not checkpoint.syncs_reliably()
+    assert events == [f"write state fsync={own_fsync}", "sync client-state",
                       "write meta.json fsync=True"] * 2
-    assert (tmp_path / "x" / "client-state").is_dir()  # the folder the sync had to cover
 
 
-def test_a_checkpoint_without_node_state_fsyncs_its_state_file(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch
-                                                               ) -> None:
-    """With no folder to sync first, the state file is flushed by its own ``fsync``."""
+def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state file skips its ``fsync`` only where one reliable sync covers it.
+
+    Without a folder to make durable first, with an unreliable sync (``sync`` off Linux), or
+    when the file replaces the one ``meta.json`` names (an unchanged state), it keeps its own
+    ``fsync``; a node-state folder on another file system gets a sync of its own.
+    """
     import bouquet.strategies.checkpoint as checkpoint
 
-    synced: list[Path] = []
-    monkeypatch.setattr(checkpoint, "sync_filesystem", synced.append)
-    fsyncs: list[int] = []
+    synced: list[str] = []
+    monkeypatch.setattr(checkpoint, "sync_filesystem", lambda p: synced.append(p.name))
+    monkeypatch.setattr(checkpoint, "syncs_reliably", lambda: True)
+    flushed: list[str] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
-    checkpoint.save_checkpoint(tmp_path / "ck", 1, {"w": np.ones(3)})
-    assert not synced and len(fsyncs) == 2  # the state file and meta.json
-    synced.clear()
-    fsyncs.clear()
-    (tmp_path / "nodes").mkdir()
-    checkpoint.save_checkpoint(tmp_path / "ck", 2, {"w": np.full(3, 2.0)},
-                               durable_first=tmp_path / "nodes")
-    assert synced == [tmp_path / "ck"] and len(fsyncs) == 1  # one sync, then meta.json
-    assert checkpoint.load_checkpoint(tmp_path / "ck")[0] == 2
-    synced.clear()
-    fsyncs.clear()
-    # an unchanged state replaces the very file meta.json names: flushed before its rename
-    checkpoint.save_checkpoint(tmp_path / "ck", 3, {"w": np.full(3, 2.0)},
-                               durable_first=tmp_path / "nodes")
-    assert synced == [tmp_path / "ck"] and len(fsyncs) == 2
-    assert checkpoint.load_checkpoint(tmp_path / "ck")[0] == 3
+
+    def logged_fsync(fd: int) -> None:
+        flushed.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name.split(".")[1])
+        real_fsync(fd)
+
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to name the flushed files")
+    monkeypatch.setattr(checkpoint.os, "fsync", logged_fsync)
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+
+    def save(rnd: int, value: float) -> tuple[list[str], list[str]]:
+        synced.clear()
+        flushed.clear()
+        checkpoint.save_checkpoint(tmp_path / "ck", rnd, {"w": np.full(3, value)},
+                                   durable_first=nodes if rnd > 1 else None)
+        assert checkpoint.load_checkpoint(tmp_path / "ck")[0] == rnd
+        return list(synced), [f.split("-")[0] for f in flushed]
+
+    # temporary names: ".state-<h>.npz.<random>" -> "state", ".meta.json.<random>" -> "meta"
+    assert save(1, 1.0) == ([], ["state", "meta"])  # no node state: fsync both
+    assert save(2, 2.0) == (["nodes"], ["meta"])  # one sync covers nodes and the state file
+    assert save(3, 2.0) == (["nodes"], ["state", "meta"])  # replaces the file meta.json names
+    monkeypatch.setattr(checkpoint, "same_file_system", lambda a, b: False)
+    assert save(4, 4.0) == (["nodes", "ck"], ["meta"])  # each file system synced
+    monkeypatch.setattr(checkpoint, "syncs_reliably", lambda: False)
+    assert save(5, 5.0) == (["nodes", "ck"], ["state", "meta"])  # plain sync: keep the fsync
+
+
+def test_a_failed_file_system_sync_raises(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write-back error reported by ``syncfs`` stops the checkpoint (no silent ``sync``)."""
+    import ctypes
+    import errno
+
+    import bouquet.strategies.checkpoint as checkpoint
+
+    class FailingLibc:
+        def syncfs(self, fd: int) -> int:
+            return -1
+
+    plain_syncs: list[int] = []
+    monkeypatch.setattr(checkpoint, "_libc", FailingLibc)
+    monkeypatch.setattr(checkpoint.os, "sync", lambda: plain_syncs.append(1))
+    monkeypatch.setattr(ctypes, "get_errno", lambda: errno.EIO)
+    with pytest.raises(OSError, match="syncfs failed"):
+        checkpoint.sync_filesystem(tmp_path)
+    with pytest.raises(OSError):
+        checkpoint.save_checkpoint(tmp_path / "ck", 1, {"w": np.ones(2)},
+                                   durable_first=tmp_path)
+    assert not (tmp_path / "ck" / "meta.json").exists()  # the checkpoint did not advance
+    monkeypatch.setattr(ctypes, "get_errno", lambda: errno.ENOSYS)
+    checkpoint.sync_filesystem(tmp_path)  # no syncfs in this kernel: falls back to sync
+    assert plain_syncs == [1]
 
 
 def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:

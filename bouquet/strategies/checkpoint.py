@@ -23,6 +23,7 @@ guarantee each writer gives.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import hashlib
 import io
@@ -142,17 +143,33 @@ def fsync_folder(folder: Path) -> None:
 def sync_filesystem(folder: Path) -> None:
     """Flush every pending write of the file system that holds ``folder`` to the disk.
 
-    One call makes everything written there so far durable (Linux ``syncfs``; elsewhere
-    ``sync``, which flushes every file system): the cheap way to make many small files that
-    were written without :func:`os.fsync` durable at once.
+    One call makes everything written there so far durable: the cheap way to make many small
+    files that were written without :func:`os.fsync` durable at once. Linux ``syncfs``, whose
+    failure (a write-back error such as EIO or ENOSPC) raises :class:`OSError`; where there is
+    no ``syncfs``, ``sync``, which flushes every file system but may return before the writes
+    are done (POSIX) and reports no error: :func:`syncs_reliably` says which one this is.
     """
     fd = os.open(folder, os.O_RDONLY)
     try:
         libc = _libc()
-        if libc is None or libc.syncfs(fd) != 0:
+        if libc is None:
+            os.sync()
+        elif libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            if err != errno.ENOSYS:
+                raise OSError(err, f"syncfs failed: {os.strerror(err)}", str(folder))
             os.sync()
     finally:
         os.close(fd)
+
+
+def syncs_reliably() -> bool:
+    """Whether :func:`sync_filesystem` waits for the disk and reports errors (Linux ``syncfs``).
+
+    On a network or FUSE file system even ``syncfs`` may stop at the server or daemon; the
+    run folder belongs on a local disk (docs/reliability.md).
+    """
+    return _libc() is not None
 
 
 @functools.cache
@@ -168,19 +185,24 @@ def _libc() -> Any:
         return None
 
 
+def same_file_system(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` (links followed) are on one file system (one sync covers both)."""
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
 def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
                     extra: Mapping[str, Any] | None = None, *,
                     durable_first: Path | None = None) -> None:
     """Write ``state`` (after round ``round_``) into ``folder``.
 
-    The state file is flushed to the disk before ``meta.json`` names it. ``durable_first``, a
+    The state file is flushed to the disk before ``meta.json`` names it. ``durable_first`` is a
     folder whose files were written without ``fsync`` and that this checkpoint relies on (the
-    simulated nodes' saved state), makes that flush one file-system sync
-    (:func:`sync_filesystem`) of the checkpoint's file system, and of the folder's own if it is
-    another one, after the state file is written and before ``meta.json`` is: the folder and
-    the state file reach the disk together, with one sync instead of a sync and an ``fsync``
-    (except when the state is unchanged: its file then replaces the one ``meta.json`` names
-    and is flushed first, as without ``durable_first``).
+    simulated nodes' saved state): its file system, and the checkpoint's if it is another one,
+    is synced (:func:`sync_filesystem`) after the state file is written and before
+    ``meta.json`` is. Where that sync is reliable (:func:`syncs_reliably`) it also flushes the
+    state file, which then gets no ``fsync`` of its own: one sync a round instead of a sync and
+    an ``fsync``. The state file keeps its ``fsync`` elsewhere, and whenever a file of its
+    name already exists (an unchanged state replaces the very file ``meta.json`` names).
     """
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(dict(state), "", arrays)
@@ -195,12 +217,13 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     # beside the state the current meta.json names; an unchanged state has the same name as
     # that one, and replacing the file meta.json names is safe only with the new one on the disk
     # first (its own fsync)
-    fold = durable_first is not None and not (folder / state_name).exists()
+    fold = (durable_first is not None and syncs_reliably()
+            and not (folder / state_name).exists())
     atomic_write(folder / state_name, blob, fsync=not fold)
     if durable_first is not None:
-        sync_filesystem(folder)
-        if os.stat(durable_first).st_dev != os.stat(folder).st_dev:
-            sync_filesystem(durable_first)
+        sync_filesystem(durable_first)
+        if not same_file_system(durable_first, folder):
+            sync_filesystem(folder)
     atomic_write(folder / META_FILE, json.dumps(meta).encode())
     for old in folder.glob("state*.npz"):  # only now is the previous state unreferenced
         if old.name != state_name and _STATE_NAME.fullmatch(old.name):
