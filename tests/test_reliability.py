@@ -778,6 +778,20 @@ def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
     assert save(5, 5.0) == (["nodes", "ck"], ["state", "meta"])  # plain sync: keep the fsync
 
 
+def test_a_checkpoint_removes_the_temporary_files_of_a_killed_writer(tmp_path: Path) -> None:
+    """A ServerApp killed mid-write leaves ``.state-<h>.npz.<random>``; the next save removes it."""
+    folder = tmp_path / "ck"
+    save_checkpoint(folder, 1, {"w": np.ones(2)})
+    debris = [folder / ".state-0123456789abcdef.npz.k2j_x9", folder / ".meta.json.a1b2c3d4"]
+    for path in debris:
+        path.write_bytes(b"half")
+    keep = folder / ".hidden-by-someone-else"
+    keep.write_bytes(b"x")
+    save_checkpoint(folder, 2, {"w": np.zeros(2)})
+    assert not any(p.exists() for p in debris) and keep.exists()
+    assert load_checkpoint(folder)[0] == 2
+
+
 def test_a_failed_file_system_sync_raises(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A write-back error reported by ``syncfs`` stops the checkpoint (no silent ``sync``)."""

@@ -43,6 +43,8 @@ STATE_FILE = "state.npz"  # the state file of checkpoints that name none (earlie
 #: A state file's name as meta.json may give it (nothing else is opened).
 _STATE_NAME = re.compile(r"state(-[0-9a-f]{16})?\.npz")
 META_FILE = "meta.json"
+#: Temporary file of an unfinished :func:`atomic_write` of a checkpoint file.
+_UNFINISHED = re.compile(r"\.(state(-[0-9a-f]{16})?\.npz|meta\.json)\.[A-Za-z0-9_]+")
 _REF = "__array__"
 
 
@@ -228,6 +230,9 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     for old in folder.glob("state*.npz"):  # only now is the previous state unreferenced
         if old.name != state_name and _STATE_NAME.fullmatch(old.name):
             old.unlink(missing_ok=True)
+    for debris in folder.glob(".*"):  # temporary files of a writer killed before its rename
+        if _UNFINISHED.fullmatch(debris.name):
+            debris.unlink(missing_ok=True)
 
 
 def load_checkpoint(folder: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
