@@ -817,6 +817,9 @@ def test_a_failed_file_system_sync_raises(tmp_path: Path,
     monkeypatch.setattr(ctypes, "get_errno", lambda: errno.ENOSYS)
     checkpoint.sync_filesystem(tmp_path)  # no syncfs in this kernel: falls back to sync
     assert plain_syncs == [1]
+    monkeypatch.setattr(checkpoint, "_libc", lambda: None)
+    monkeypatch.delattr(checkpoint.os, "sync")
+    checkpoint.sync_filesystem(tmp_path / "not-even-there")  # Windows: neither, and no error
 
 
 def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:

@@ -149,14 +149,17 @@ def sync_filesystem(folder: Path) -> None:
     files that were written without :func:`os.fsync` durable at once. Linux ``syncfs``, whose
     failure (a write-back error such as EIO or ENOSPC) raises :class:`OSError`; where there is
     no ``syncfs``, ``sync``, which flushes every file system but may return before the writes
-    are done (POSIX) and reports no error: :func:`syncs_reliably` says which one this is.
+    are done (POSIX) and reports no error; where neither exists (Windows), nothing: only files
+    written with ``fsync`` are durable there. :func:`syncs_reliably` says which case this is.
     """
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        libc = _libc()
-        if libc is None:
+    libc = _libc()
+    if libc is None:
+        if hasattr(os, "sync"):
             os.sync()
-        elif libc.syncfs(fd) != 0:
+        return
+    fd = os.open(folder, os.O_RDONLY)  # a folder cannot be opened so on Windows
+    try:
+        if libc.syncfs(fd) != 0:
             err = ctypes.get_errno()
             if err != errno.ENOSYS:
                 raise OSError(err, f"syncfs failed: {os.strerror(err)}", str(folder))
