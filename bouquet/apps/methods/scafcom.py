@@ -25,7 +25,8 @@ METHODS = [
         test_config={"local-steps": 2}, bad_replies=f"{_SCAFFOLD}:bad_replies",
         variants=(
             Variant("scaffold-1up",
-                    "single-uplink SCAFFOLD: one dense vector per client, same trajectory",
+                    "single-uplink SCAFFOLD: one dense vector per client, same trajectory "
+                    "(up to float32 rounding)",
                     strategy=f"{_SCAFFOLD}:build_single_uplink",
                     client=f"{_SCAFFOLD_CLIENTS}:SingleUplinkClient", paper=_SCAFCOM_PAPER),
             Variant("scallion",
