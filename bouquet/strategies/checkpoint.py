@@ -222,9 +222,9 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     # beside the state the current meta.json names; an unchanged state has the same name as
     # that one, and replacing the file meta.json names is safe only with the new one on the disk
     # first (its own fsync)
-    fold = (durable_first is not None and syncs_reliably()
-            and not (folder / state_name).exists())
-    atomic_write(folder / state_name, blob, fsync=not fold)
+    sync_covers_it = (durable_first is not None and syncs_reliably()
+                      and not (folder / state_name).exists())
+    atomic_write(folder / state_name, blob, fsync=not sync_covers_it)
     if durable_first is not None:
         sync_filesystem(durable_first)
         if not same_file_system(durable_first, folder):
