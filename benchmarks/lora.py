@@ -39,6 +39,18 @@ difference of drops or the seed spread of the per-seed difference of drops, whic
 arm> learns" (two standard errors above the majority rate 0.598); and, non-private, "FFA-LoRA /
 Fed-SB matches or beats FedIT".
 
+**Federated private comparison on rt-smollm** (``LORA_BENCH_TASK=rt-smollm`` in the environment,
+:data:`SMOLLM`): SmolLM2-135M with the verbalizer read from its LM head, so every trainable
+tensor is an adapter and each arm starts from the zero-shot answers (RESULTS.md, ``## lora``:
+on rt-minilm's fresh head the private arms received pure noise). Rank 8 for every arm, 3 IID
+clients (~3,415 rows each) in every round, Poisson batch 32, 2 rounds x 5 local steps, delta
+1e-5, each arm at its method's preset lr (FedIT 0.005, FFA-LoRA 0.02, Fed-SB 0.02: one lr, not
+tuned here) and clipping norm at its median per-sample gradient norm at the start (C = 1, 1,
+0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private and eps 3,
+seeds 0 and 1. Runs are named ``<method>-r8-smollm-<nodp|eps3>-lr<lr>-s<seed>``; the report
+judges them on the task's 400 held-out rows, and "learns" means above the pretrained model's
+zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed suite).
+
 Cost: one private 64-row step takes ~4.2 s on two shared cores, so one run takes ~7 minutes and
 the quick suite (36 runs) ~4 hours; split it with ``only=`` (e.g. ``only=("-s0",)``, or one
 method at a time) to keep each hold of the heavy lock short.
@@ -50,11 +62,12 @@ run_suite('lora', Path('/tmp/bench-lora'), quick=True, only=('fedit-',))"``.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bouquet.apps.bench import BenchRun, lookup, parse_run
+from bouquet.apps.bench import BenchRun, load_suite, lookup, parse_run
 from bouquet.apps.results import read_metrics
 from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, Check, write_checks
 
@@ -81,10 +94,33 @@ SCHEDULE: dict[str, Any] = {
     "lora.optimizer": "adamw", "dp.delta": 1e-5, "dp.max-grad-norm": 1.0,
 }
 CLIENTS = 3
+#: ``LORA_BENCH_TASK=rt-smollm``: the federated private comparison on rt-smollm (module
+#: docstring). ``clip`` is each method's median per-sample gradient norm at the start (the
+#: one-client probe's rule), set in its private and non-private runs alike.
+SMOLLM: dict[str, Any] = {
+    "schedule": {"task": "rt-smollm", "partition": "iid", "fraction-train": 1.0,
+                 "batch-size": 32, "num-server-rounds": 2, "local-steps": 5,
+                 "lora.optimizer": "adamw", "dp.delta": 1e-5},
+    "rank": 8, "label": "smollm",
+    "lr": {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02},
+    "clip": {"fedit": 1.0, "ffa-lora": 1.0, "fed-sb": 0.2},
+    "epsilons": (3.0,), "seeds": (0, 1),
+}
+#: rt-smollm's held-out rows (the task's ``eval_size``).
+SMOLLM_EVAL_ROWS = 400
 
 
 def runs(quick: bool) -> list[BenchRun]:
-    """The configurations of the suite: arm x lr of the grid x seed."""
+    """The configurations of the suite: arm x lr of the grid x seed.
+
+    ``LORA_BENCH_TASK=rt-smollm`` in the environment gives the federated private comparison on
+    rt-smollm instead (:func:`smollm_runs`); the default, ``rt-minilm``, the suite above.
+    """
+    task = os.environ.get("LORA_BENCH_TASK", "rt-minilm")
+    if task == "rt-smollm":
+        return smollm_runs()
+    if task != "rt-minilm":
+        raise ValueError(f"LORA_BENCH_TASK must be rt-minilm or rt-smollm, got {task!r}")
     level = "quick" if quick else "full"
     ranks = {"matched": MATCHED} if quick else {"matched": MATCHED, "usual": USUAL}
     out: list[BenchRun] = []
@@ -108,6 +144,23 @@ def runs(quick: bool) -> list[BenchRun]:
                             clients=4))
         out.append(BenchRun("gsm-ffa-lora-r8", {**gsm, "method": "ffa-lora", "lora.rank": 8},
                             clients=4))
+    return out
+
+
+def smollm_runs() -> list[BenchRun]:
+    """rt-smollm: each method at rank 8, its preset lr and clip, non-private and private."""
+    out: list[BenchRun] = []
+    for method, lr in SMOLLM["lr"].items():
+        base = {**SMOLLM["schedule"], "method": method, "lora.rank": SMOLLM["rank"], "lr": lr,
+                "dp.max-grad-norm": SMOLLM["clip"][method]}
+        arm = f"{method}-r{SMOLLM['rank']}-{SMOLLM['label']}"
+        levels = [("nodp", base)] + [(f"eps{eps:g}", {**base, "dp.enabled": True,
+                                                     "dp.target-epsilon": eps})
+                                    for eps in SMOLLM["epsilons"]]
+        for level, cfg in levels:
+            for seed in SMOLLM["seeds"]:
+                out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
+                                    clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
     return out
 
 
@@ -163,15 +216,25 @@ def seeds_by_lr(acc: Mapping[str, float]) -> tuple[dict[str, dict[float, float]]
     return means, per_seed
 
 
+def setting(label: str) -> str:
+    """How a claim names a rank label: ``matched ranks``, ``usual ranks``, ``rt-smollm, r=8``."""
+    return f"rt-smollm, r={SMOLLM['rank']}" if label == SMOLLM["label"] else f"{label} ranks"
+
+
+def eval_rows(label: str) -> int:
+    """Held-out rows behind the accuracies of a rank label's runs (rt-smollm: 400)."""
+    return SMOLLM_EVAL_ROWS if label == SMOLLM["label"] else EVAL_ROWS
+
+
 def _verdict(diff: float, claim_holds: bool, floor: float = 0.0, *, terms: int = 2,
-             seeds: int = 1) -> str:
+             seeds: int = 1, rows: int = EVAL_ROWS) -> str:
     """'holds' / 'does not hold', or 'inconclusive' within two binomial standard errors.
 
     ``diff`` is a signed sum of ``terms`` accuracies near 0.5, each a mean over ``seeds`` runs
-    (2 for a difference of accuracies, 4 for a difference of drops); ``floor`` raises the noise
-    floor (the seed spread of the difference).
+    (2 for a difference of accuracies, 4 for a difference of drops) on ``rows`` evaluation rows;
+    ``floor`` raises the noise floor (the seed spread of the difference).
     """
-    se = math.sqrt(terms * 0.25 / (EVAL_ROWS * max(seeds, 1)))
+    se = math.sqrt(terms * 0.25 / (rows * max(seeds, 1)))
     if abs(diff) < max(2 * se, floor):
         why = (f"the seed spread {floor:.3f}" if floor > 2 * se
                else f"2 standard errors = {2 * se:.3f}")
@@ -213,29 +276,47 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
             paired = [seed_drop["fedit"][s] - seed_drop[m][s]
                       for s in sorted(seed_drop["fedit"].keys() & seed_drop[m].keys())]
             floor = _spread(paired) if len(paired) > 1 else 0.0
-            measured = (f"{key}, {label} ranks: drop FedIT {drop['fedit']:+.3f} (lr "
+            measured = (f"{key}, {setting(label)}: drop FedIT {drop['fedit']:+.3f} (lr "
                         f"{chosen[names['fedit'][1]]:g}), {short} {drop[m]:+.3f} (lr "
                         f"{chosen[names[m][1]]:g}); per-seed difference of drops "
                         + ", ".join(f"{x:+.3f}" for x in paired))
-            out.append((f"{short} degrades less than FedIT under DP ({key}, {label} ranks)",
+            out.append((f"{short} degrades less than FedIT under DP ({key}, {setting(label)})",
                         _verdict(diff, diff > 0, floor, terms=4,
-                                 seeds=len(paired)), measured))
+                                 seeds=len(paired), rows=eval_rows(label)), measured))
     return out
 
 
-def learning_checks(acc: Mapping[str, float]) -> list[tuple[str, str, str]]:
-    """Whether each private arm leaves the majority rate (two standard errors above it)."""
+def learning_checks(acc: Mapping[str, float], zero_shot: float | None = None
+                    ) -> list[tuple[str, str, str]]:
+    """Whether each private arm ends two standard errors above where it started.
+
+    rt-minilm's arms start at the majority rate (a fresh head); rt-smollm's at the pretrained
+    model's ``zero_shot`` accuracy on the same rows (its arms are skipped when it is None).
+    """
     best, chosen, _ = tuned(acc)
-    se = math.sqrt(MAJORITY * (1 - MAJORITY) / EVAL_ROWS)
     out = []
     for arm in sorted(best):
-        if "-eps" in arm:
-            gain = best[arm] - MAJORITY
-            verdict = HOLDS if gain > 2 * se else FAILS
-            out.append((f"{arm} learns (above the majority rate {MAJORITY})", verdict,
-                        f"{best[arm]:.3f} at lr {chosen[arm]:g}, {gain:+.3f} vs 2 standard "
-                        f"errors {2 * se:.3f}"))
+        if "-eps" not in arm:
+            continue
+        if f"-{SMOLLM['label']}-" in arm:
+            if zero_shot is None:
+                continue
+            start, rows, what = zero_shot, SMOLLM_EVAL_ROWS, f"zero-shot {zero_shot:.4f}"
+        else:
+            start, rows, what = MAJORITY, EVAL_ROWS, f"the majority rate {MAJORITY}"
+        se = math.sqrt(start * (1 - start) / rows)
+        gain = best[arm] - start
+        verdict = HOLDS if gain > 2 * se else FAILS
+        out.append((f"{arm} learns (above {what})", verdict,
+                    f"{best[arm]:.3f} at lr {chosen[arm]:g}, {gain:+.3f} vs 2 standard "
+                    f"errors {2 * se:.3f}"))
     return out
+
+
+def smollm_zero_shot(out_dir: Path) -> float:
+    """The pretrained rt-smollm's accuracy on the held-out rows (the fedkseed suite's round 0,
+    cached in ``OUT_DIR/zero_shot.json``; computing it loads the model once)."""
+    return float(load_suite("fedkseed").zero_shot(out_dir)["accuracy"])
 
 
 def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
@@ -283,18 +364,21 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
         verdicts.append(Check(claim, kind, measured + said[len(INCONCLUSIVE):]
                               if kind == INCONCLUSIVE else measured))
 
-    for label in ("matched", "usual"):
-        table = MATCHED if label == "matched" else USUAL
+    smollm = {m: SMOLLM["rank"] for m in SMOLLM["lr"]}
+    for label, table in (("matched", MATCHED), ("usual", USUAL), (SMOLLM["label"], smollm)):
         plain = {m: best.get(f"{m}-r{r}-{label}-nodp") for m, r in table.items()}
         fedit = plain["fedit"]
         for m in ("ffa-lora", "fed-sb"):
             v = plain[m]
             if v is not None and fedit is not None:
-                record(f"{m} matches or beats FedIT ({label} ranks, non-private)",
-                       _verdict(v - fedit, v >= fedit), f"{m} {v:.3f} vs FedIT {fedit:.3f}")
+                record(f"{m} matches or beats FedIT ({setting(label)}, non-private)",
+                       _verdict(v - fedit, v >= fedit, rows=eval_rows(label)),
+                       f"{m} {v:.3f} vs FedIT {fedit:.3f}")
         for claim, verdict, measured in degradation_checks(acc, label, table):
             record(claim, verdict, measured)
-    for claim, verdict, measured in learning_checks(acc):
+    has_smollm = any(f"-{SMOLLM['label']}-eps" in arm for arm in best)
+    zero = smollm_zero_shot(out_dir) if has_smollm else None
+    for claim, verdict, measured in learning_checks(acc, zero):
         record(claim, verdict, measured)
     write_checks(out_dir, "lora", verdicts)
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "",

@@ -116,6 +116,62 @@ def test_lora_report_gives_the_dp_ordering_verdicts(tmp_path: Path) -> None:
         "holds"
 
 
+def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LORA_BENCH_TASK", "rt-smollm")
+    suite = load_suite("lora")
+    runs = {r.name: r for r in suite.runs(True)}
+    assert {r.config["task"] for r in runs.values()} == {"rt-smollm"}
+    budget = {"num-server-rounds", "local-steps", "batch-size", "fraction-train", "partition",
+              "lora.optimizer", "lora.rank", "dp.delta"}
+    assert len({tuple(sorted((k, r.config[k]) for k in budget)) for r in runs.values()}) == 1
+    seeds: dict[str, set[int]] = {}
+    for name, r in runs.items():
+        arm, lr, seed = suite.parse_run(name)
+        method = r.config["method"]
+        assert lr == r.config["lr"] == suite.SMOLLM["lr"][method]
+        assert r.config["dp.max-grad-norm"] == suite.SMOLLM["clip"][method]
+        seeds.setdefault(arm, set()).add(seed)
+        if "-eps" in name:  # the private run is its reference plus DP, nothing else
+            ref = runs[f"{arm.rsplit('-', 1)[0]}-nodp-lr{lr:g}-s{seed}"]
+            assert _without(r.config, "dp.enabled", "dp.target-epsilon") == ref.config
+            assert r.config["dp.target-epsilon"] in suite.SMOLLM["epsilons"]
+    assert len(seeds) == 6 and {frozenset(s) for s in seeds.values()} == {frozenset({0, 1})}
+    monkeypatch.setenv("LORA_BENCH_TASK", "rt-tiny")
+    with pytest.raises(ValueError, match="LORA_BENCH_TASK"):
+        suite.runs(True)
+
+
+def test_lora_rt_smollm_report_judges_learning_against_zero_shot(tmp_path: Path) -> None:
+    import json
+
+    from bouquet.apps.verdicts import read_checks
+
+    suite = load_suite("lora")
+    (tmp_path / "zero_shot.json").write_text(json.dumps({"accuracy": 0.81}))
+    acc = {  # per lr, per seed; 400 rows: 2 SE above 0.81 is 0.039
+        "fedit-r8-smollm-nodp": {0.005: [0.87, 0.87]},
+        "fedit-r8-smollm-eps3": {0.005: [0.84, 0.84]},
+        "ffa-lora-r8-smollm-nodp": {0.02: [0.86, 0.86]},
+        "ffa-lora-r8-smollm-eps3": {0.02: [0.86, 0.85]},
+        "fed-sb-r8-smollm-nodp": {0.02: [0.86, 0.86]},
+        "fed-sb-r8-smollm-eps3": {0.02: [0.85, 0.85]},
+    }
+    suite.report(_lora_summaries(acc), tmp_path)
+    read = read_checks(tmp_path)
+    assert read is not None
+    checks = {c.claim: c for c in read[1]}
+    # +0.03 over zero-shot is within 2 SE of 400 rows; +0.045 beyond it
+    fedit = checks["fedit-r8-smollm-eps3 learns (above zero-shot 0.8100)"]
+    assert fedit.verdict == "does not hold" and "2 standard errors 0.039" in fedit.measured
+    assert checks["ffa-lora-r8-smollm-eps3 learns (above zero-shot 0.8100)"].verdict == "holds"
+    # FedIT drops 0.03, FFA-LoRA 0.005: 2 SE of a difference of drops on 400 rows x 2 seeds
+    # is 0.071 (0.063 on 500 rows), so the ordering is not shown
+    ffa = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8)"]
+    assert ffa.verdict == "inconclusive" and "0.071" in ffa.measured
+    assert "ffa-lora matches or beats FedIT (rt-smollm, r=8, non-private)" in checks
+
+
 def test_bandits_suite_runs_the_non_private_arm_clipped_like_the_private_ones() -> None:
     suite = load_suite("bandits")
     runs = suite.runs(True)
