@@ -44,6 +44,8 @@ def no_rt_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A SuperLink and 2 SuperNodes (TLS, SuperNode authentication) shared by the tests of the
     ``fleet-healthy`` group; each runs its own runs on it (own run names and results folders).
+    SuperNode 0 hands its messages to a warm node worker (``worker-socket``), SuperNode 1 runs
+    them itself, so every run on it takes both paths.
 
     When it stops, no process of it may be left (checked here, after its last user).
     """
@@ -51,7 +53,7 @@ def healthy_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from bouquet.apps.simulation import live_pids, pids_mentioning
 
     workdir = tmp_path_factory.mktemp("healthy") / "fleet"
-    with LocalFleet(2, workdir=workdir) as fleet:
+    with LocalFleet(2, workdir=workdir, worker=[0]) as fleet:
         yield fleet
         pids = [p.pid for p in fleet.procs.values()]
     assert live_pids(pids) == []

@@ -149,6 +149,12 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
                 (tmp_path / "results" / method / "metrics.jsonl").read_text().splitlines()]
         assert [r["clients"] for r in rows] == [2, 2]
     assert f"this FAB was built for flwr-bouquet 9.9.9 but {bouquet.__version__} is installed" in logs
+    # SuperNode 0 answered through its warm worker (each method's training there), never in
+    # its own process; SuperNode 1 has no worker
+    worker_log = (fleet.dir / "worker0.log").read_text(errors="replace")
+    assert worker_log.count("node worker: train message of run") >= 4, worker_log[-2000:]
+    assert "running the message in this process" not in logs
+    assert not (fleet.dir / "worker1.log").exists()
     assert not (tmp_path / "results" / "other" / "metrics.jsonl").exists()
     assert installed, "no component installed the FAB"
     for folder in installed:  # what each SuperNode and the SuperLink unpacked: no bouquet/

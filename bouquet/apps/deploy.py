@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -116,16 +116,20 @@ class LocalFleet:
         TLS and SuperNode authentication (default). False runs everything ``--insecure``.
     workdir : Path, optional
         Where logs, certificates and Flower homes go (a temporary folder by default).
-    worker : bool
-        Start a warm ``bouquet node-worker`` beside each SuperNode and name its socket in the
-        node's config (``worker-socket``; :mod:`bouquet.apps.node_worker`).
+    worker : bool or collection of int
+        Start a warm ``bouquet node-worker`` beside each SuperNode (True), or beside the
+        SuperNodes of these indices only, and name its socket in the node's config
+        (``worker-socket``; :mod:`bouquet.apps.node_worker`).
 
     """
 
     def __init__(self, nodes: int, *, secure: bool = True, workdir: Path | None = None,
-                 state_root: Path | None = None, worker: bool = False) -> None:
+                 state_root: Path | None = None, worker: bool | Collection[int] = False
+                 ) -> None:
         self.num_nodes = nodes
-        self.worker = worker
+        #: Indices of the SuperNodes that run beside a node worker.
+        self.worker_nodes = (frozenset(range(nodes)) if worker is True
+                             else frozenset() if worker is False else frozenset(worker))
         self.secure = secure
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="bq-fleet-")).resolve()
         #: Parent of the nodes' ``state-dir`` folders (default: inside :attr:`dir`).
@@ -280,7 +284,7 @@ class LocalFleet:
         port = self.node_ports.setdefault(i, free_port())
         node_config = (f"partition-id={i} num-partitions={self.num_nodes} "
                        f'state-dir="{self.state_dir(i)}"')
-        if self.worker:
+        if i in self.worker_nodes:
             sock = self.start_worker(i)
             node_config += f' worker-socket="{sock}"'
         cmd = [_bin("flower-supernode"), "--superlink", f"127.0.0.1:{self.port}",

@@ -279,9 +279,12 @@ def serve_one(conn: socket.socket, handlers: dict[str, Handler], version: str) -
     _send_frames(conn, json.dumps({"accepted": True}).encode())
     conn.settimeout(None)
     header: dict[str, Any]
+    started = time.perf_counter()
     try:
         reply_blob = _message_bytes(handlers[kind](msg, context))
         header = {"ok": True}
+        log.info("node worker: %s message of run %d answered in %.2f s", kind, msg.metadata.run_id,
+                 time.perf_counter() - started)
     except Exception as exc:  # the ClientApp raises it on the node's side, as in process
         log.exception("node worker: %s message failed", kind)
         reply_blob = b""
