@@ -59,6 +59,17 @@ def _lora_summaries(acc: dict[str, dict[float, list[float]]]) -> dict[str, Any]:
             for seed, a in enumerate(seeds)}
 
 
+def _lora_checks(suite: Any, acc: dict[str, dict[float, list[float]]], out: Path
+                 ) -> dict[str, Any]:
+    """The report's checks of these accuracies, by claim (read back from ``verdicts.json``)."""
+    from bouquet.apps.verdicts import read_checks
+
+    suite.report(_lora_summaries(acc), out)
+    read = read_checks(out)
+    assert read is not None
+    return {c.claim: c for c in read[1]}
+
+
 def test_lora_report_picks_each_arms_best_lr_and_prints_it(tmp_path: Path) -> None:
     suite = load_suite("lora")
     acc = {"fedit-r2-matched-nodp": {0.005: 0.70, 0.02: 0.60},
@@ -83,8 +94,6 @@ def test_lora_report_chooses_the_lr_on_the_seed_mean(tmp_path: Path) -> None:
 
 
 def test_lora_report_gives_the_dp_ordering_verdicts(tmp_path: Path) -> None:
-    from bouquet.apps.verdicts import read_checks
-
     suite = load_suite("lora")
     acc = {  # per lr, per seed
         "fedit-r2-matched-nodp": {0.005: [0.74, 0.76], 0.02: [0.60, 0.60]},
@@ -98,10 +107,7 @@ def test_lora_report_gives_the_dp_ordering_verdicts(tmp_path: Path) -> None:
         "ffa-lora-r4-matched-eps10": {0.005: [0.74, 0.60], 0.02: [0.60, 0.60]},
         "fed-sb-r40-matched-eps10": {0.005: [0.74, 0.60], 0.02: [0.60, 0.60]},
     }
-    suite.report(_lora_summaries(acc), tmp_path)
-    read = read_checks(tmp_path)
-    assert read is not None
-    checks = {c.claim: c for c in read[1]}
+    checks = _lora_checks(suite, acc, tmp_path)
     # FedIT drops 0.75 - 0.61 = 0.14, FFA-LoRA 0.74 - 0.715 = 0.025 (each at its own lr)
     ffa = checks["FFA-LoRA degrades less than FedIT under DP (eps3, matched ranks)"]
     assert ffa.verdict == "holds" and "drop FedIT +0.140" in ffa.measured
@@ -145,8 +151,6 @@ def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
 def test_lora_rt_smollm_report_judges_learning_against_zero_shot(tmp_path: Path) -> None:
     import json
 
-    from bouquet.apps.verdicts import read_checks
-
     suite = load_suite("lora")
     (tmp_path / "zero_shot.json").write_text(json.dumps({"accuracy": 0.81}))
     acc = {  # per lr, per seed; 400 rows: 2 SE above 0.81 is 0.039
@@ -157,10 +161,7 @@ def test_lora_rt_smollm_report_judges_learning_against_zero_shot(tmp_path: Path)
         "fed-sb-r8-smollm-nodp": {0.02: [0.86, 0.86]},
         "fed-sb-r8-smollm-eps3": {0.02: [0.85, 0.85]},
     }
-    suite.report(_lora_summaries(acc), tmp_path)
-    read = read_checks(tmp_path)
-    assert read is not None
-    checks = {c.claim: c for c in read[1]}
+    checks = _lora_checks(suite, acc, tmp_path)
     # +0.03 over zero-shot is within 2 SE of 400 rows; +0.045 beyond it
     fedit = checks["fedit-r8-smollm-eps3 learns (above zero-shot 0.8100)"]
     assert fedit.verdict == "does not hold" and "2 standard errors 0.039" in fedit.measured
