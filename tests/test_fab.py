@@ -33,6 +33,10 @@ def _fab_app(folder: Path, version: str) -> Path:
     return folder
 
 
+#: The line a node worker logs per answered training message (bouquet/apps/node_worker.py).
+ANSWERED = "node worker: train message of run"
+
+
 def test_the_repository_components_are_the_generated_ones() -> None:
     assert fab.package_in_sync(ROOT), "run python -m bouquet.apps.fab --sync"
     app = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
@@ -120,6 +124,8 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
                               "results-dir": str(tmp_path / "results")}
     fleet = healthy_fleet  # shared; tests/conftest.py stops it and checks no process is left
     installed_before = set(_installed_apps(fleet.dir))
+    worker_log = fleet.dir / "worker0.log"  # the shared fleet's other tests also write to it
+    answered_before = worker_log.read_text(errors="replace").count(ANSWERED)
     summaries = {m: json.loads(fleet.run({**common, "method": m, "run-name": m},
                                          timeout=900, app=app).read_text())
                  for m in ("fedavg", "scafcom")}
@@ -149,10 +155,10 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
                 (tmp_path / "results" / method / "metrics.jsonl").read_text().splitlines()]
         assert [r["clients"] for r in rows] == [2, 2]
     assert f"this FAB was built for flwr-bouquet 9.9.9 but {bouquet.__version__} is installed" in logs
-    # SuperNode 0 answered through its warm worker (each method's training there), never in
-    # its own process; SuperNode 1 has no worker
-    worker_log = (fleet.dir / "worker0.log").read_text(errors="replace")
-    assert worker_log.count("node worker: train message of run") >= 4, worker_log[-2000:]
+    # SuperNode 0 answered through its warm worker (each method's 2 rounds of training there),
+    # never in its own process; SuperNode 1 has no worker
+    answered = worker_log.read_text(errors="replace").count(ANSWERED) - answered_before
+    assert answered >= 4, worker_log.read_text(errors="replace")[-2000:]
     assert "running the message in this process" not in logs
     assert not (fleet.dir / "worker1.log").exists()
     assert not (tmp_path / "results" / "other" / "metrics.jsonl").exists()

@@ -128,8 +128,7 @@ class LocalFleet:
                  ) -> None:
         self.num_nodes = nodes
         #: Indices of the SuperNodes that run beside a node worker.
-        self.worker_nodes = (frozenset(range(nodes)) if worker is True
-                             else frozenset() if worker is False else frozenset(worker))
+        self.worker_nodes = frozenset(range(nodes)) if worker is True else frozenset(worker or ())
         self.secure = secure
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="bq-fleet-")).resolve()
         #: Parent of the nodes' ``state-dir`` folders (default: inside :attr:`dir`).
