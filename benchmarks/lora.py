@@ -47,7 +47,7 @@ clients (~3,415 rows each) in every round, Poisson batch 32, 2 rounds x 5 local 
 1e-5, each arm at its method's preset lr (FedIT 0.005, FFA-LoRA 0.02, Fed-SB 0.02: one lr, not
 tuned here) and clipping norm at its median per-sample gradient norm at the start (C = 1, 1,
 0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private and eps 3,
-seeds 0 and 1. Runs are named ``<method>-r8-smollm-<nodp|eps3>-lr<lr>-s<seed>``; the report
+seeds 0 to 3. Runs are named ``<method>-r8-smollm-<nodp|eps3>-lr<lr>-s<seed>``; the report
 judges them on the task's 400 held-out rows, and "learns" means above the pretrained model's
 zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed suite).
 
@@ -104,7 +104,7 @@ SMOLLM: dict[str, Any] = {
     "rank": 8, "label": "smollm",
     "lr": {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02},
     "clip": {"fedit": 1.0, "ffa-lora": 1.0, "fed-sb": 0.2},
-    "epsilons": (3.0,), "seeds": (0, 1),
+    "epsilons": (3.0,), "seeds": (0, 1, 2, 3),
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
