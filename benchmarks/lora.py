@@ -65,11 +65,23 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, parse_run
 from bouquet.apps.results import read_metrics
-from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, Check, write_checks
+from bouquet.apps.verdicts import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    Check,
+    improvement_check,
+    paired_change,
+    write_checks,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_per_client_round",
            "privacy.epsilon", "time.wall_s"]
@@ -319,6 +331,154 @@ def smollm_zero_shot(out_dir: Path) -> float:
     return float(load_suite("fedkseed").zero_shot(out_dir)["accuracy"])
 
 
+#: (per-row loss, per-row correctness) of a model on rt-smollm's 400 held-out rows.
+Rows = tuple["np.ndarray", "np.ndarray"]
+
+
+class RebuildError(ValueError):
+    """A run's model rebuilt from its checkpoint is not the model its central evaluation scored."""
+
+
+def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
+    """Per-row loss and correctness of an rt-smollm run's final global model (paired tests).
+
+    The runs' metrics keep only means. The model is rebuilt from the run's last checkpoint the
+    way its server held it (the strategy's state on the task's pretrained weights, merged
+    ``W0 + s delta``: the arrays its central evaluation scored) and evaluated by the task's
+    ``row_metrics`` on the same 400 rows (``held``: the fedkseed suite's ``held_out()``, made here
+    when None). The rows are cached in ``RUN/rows.npz`` (the fedkseed
+    suite's cache) under a digest of the run's config, its last evaluated round and the rows,
+    so a folder without its checkpoint (the committed runs) still reads them. None when the
+    run has neither, or no evaluated round.
+
+    Raises
+    ------
+    RebuildError
+        If the checkpoint is of another round than the run's last evaluation, or the rebuilt
+        model's accuracy differs from the run's own final accuracy (nothing is cached then).
+
+    """
+    fk = load_suite("fedkseed")
+    folder = out_dir / run
+    scored = [r for r in read_metrics(folder) if isinstance(r.get("accuracy"), int | float)]
+    if not (folder / "config.yaml").is_file() or not scored:
+        return None
+    last = scored[-1]
+    config_text = (folder / "config.yaml").read_text()
+    held = fk.held_out() if held is None else held
+    key = fk.rows_key("lora-final", str(last["round"]).encode(), config_text.encode(),
+                      held.fingerprint())
+    path = folder / fk.ROWS_FILE
+    if not (folder / "checkpoint" / "meta.json").is_file():
+        rows: Rows | None = fk.read_cached_rows(path, key)
+        if rows is not None:
+            _check_rebuild(run, rows, last)
+        return rows
+
+    def compute() -> Rows:
+        rnd, got = _rebuild_rows(folder, config_text, held)
+        if rnd != last["round"]:
+            raise RebuildError(f"{run}: the checkpoint is of round {rnd}, the last evaluation "
+                               f"of round {last['round']}")
+        _check_rebuild(run, got, last)
+        return got
+
+    return fk.cached_rows(path, key, compute)  # type: ignore[no-any-return]
+
+
+def _check_rebuild(run: str, rows: Rows, last: Mapping[str, Any]) -> None:
+    """Raise :class:`RebuildError` unless ``rows`` score the run's own final accuracy."""
+    rebuilt = float(rows[1].mean())
+    if abs(rebuilt - float(last["accuracy"])) > 1e-9:
+        raise RebuildError(f"{run}: the model rebuilt from its checkpoint scores {rebuilt:.4f}, "
+                           f"the run's round {last['round']} {float(last['accuracy']):.4f}")
+
+
+def _rebuild_rows(folder: Path, config_text: str, held: Any) -> tuple[int, Rows]:
+    """(round, rows) of the global model in ``folder``'s checkpoint, on ``held``'s rows."""
+    import yaml
+
+    from bouquet.apps.config import resolve
+    from bouquet.apps.runner import build_strategy, restore_strategy
+    from bouquet.strategies.checkpoint import load_checkpoint
+    from bouquet.wire.arrays import to_record
+
+    rnd, state, _ = load_checkpoint(folder / "checkpoint")
+    cfg = resolve(yaml.safe_load(config_text))
+    task = held.task
+    strategy = build_strategy(cfg, to_record(task.initial_arrays(cfg.common.seed)),
+                              online_nodes=CLIENTS)
+    restore_strategy(strategy, state, folder)
+    merged = strategy.merged()  # type: ignore[attr-defined]
+    return rnd, held.row_metrics(task.model_from(merged))
+
+
+def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any = None
+                              ) -> list[Check]:
+    """rt-smollm's DP ordering tested per row (secondary to :func:`degradation_checks`).
+
+    Per epsilon and X in FFA-LoRA, Fed-SB: the seeds where all four runs (FedIT and X,
+    non-private and private, each at its chosen lr) have per-row results (:func:`final_rows`).
+    Per row, each method's drop (non-private minus private correctness) is averaged over those
+    seeds; "X degrades less than FedIT" holds when the mean of the per-row difference of drops
+    (FedIT's minus X's) exceeds two paired standard errors over the rows, does not hold below
+    minus two, and is inconclusive in between. The rows are the unit: the trainings' own
+    randomness enters only through the seeds averaged. ``not measured`` without per-row results
+    or when a rebuild fails (:class:`RebuildError`, named in the check). ``held``: the rows
+    (:func:`final_rows`), made on first need when None.
+    """
+    _, per_seed = seeds_by_lr(acc)
+    _, chosen, _ = tuned(acc)
+    label, rank = SMOLLM["label"], SMOLLM["rank"]
+    eps_keys = sorted({a.rsplit("-", 1)[1] for a in per_seed if f"-{label}-eps" in a},
+                      key=lambda k: float(k[3:]))
+    cache: dict[str, Rows | None] = {}
+    shared = [held]
+
+    def rows(arm: str, seed: int) -> Rows | None:
+        run = f"{arm}-lr{chosen[arm]:g}-s{seed}"
+        if run not in cache:
+            if shared[0] is None and (out_dir / run / "config.yaml").is_file():
+                shared[0] = load_suite("fedkseed").held_out()  # loads the task: only if needed
+            cache[run] = None if shared[0] is None else final_rows(out_dir, run, shared[0])
+        return cache[run]
+
+    out: list[Check] = []
+    for key in eps_keys:
+        names = {m: (f"{m}-r{rank}-{label}-nodp", f"{m}-r{rank}-{label}-{key}")
+                 for m in SMOLLM["lr"]}
+        if not all(a in chosen for pair in names.values() for a in pair):
+            continue
+        for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
+            arms = (*names["fedit"], *names[m])
+            seeds = sorted(set.intersection(*(set(per_seed[a][chosen[a]]) for a in arms)))
+            claim = (f"{short} degrades less than FedIT under DP ({key}, {setting(label)}; "
+                     "paired per row)")
+            try:
+                usable = [s for s in seeds if all(rows(a, s) is not None for a in arms)]
+            except RebuildError as exc:
+                out.append(Check(claim, NOT_MEASURED, f"rebuild failed: {exc}"))
+                continue
+            if not usable:
+                out.append(Check(claim, NOT_MEASURED, "no per-row results (no checkpoints)"))
+                continue
+
+            def drop(pair: tuple[str, str], seeds: list[int] = usable) -> list[float]:
+                per_run = [(rows(pair[0], s)[1].astype(float)  # type: ignore[index]
+                            - rows(pair[1], s)[1].astype(float))  # type: ignore[index]
+                           for s in seeds]
+                return [float(v) for v in sum(per_run) / len(per_run)]
+
+            theirs, fedit = drop(names[m]), drop(names["fedit"])
+            check = improvement_check(claim, paired_change(theirs, fedit), lower_is_better=False,
+                                      name="FedIT's drop minus " + short + "'s, per row:")
+            out.append(Check(claim, check.verdict,
+                             f"seeds {', '.join(map(str, usable))}; drop FedIT "
+                             f"{sum(fedit) / len(fedit):+.4f}, {short} "
+                             f"{sum(theirs) / len(theirs):+.4f}; {check.measured}"))
+    return out
+
+
 def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     """Per-run table, per-arm tuning, and the papers' predictions with their verdicts."""
     lines = ["| run | final acc | steady uplink B/client/round | Fed-SB init uplink B/client | "
@@ -380,6 +540,8 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     zero = smollm_zero_shot(out_dir) if has_smollm else None
     for claim, verdict, measured in learning_checks(acc, zero):
         record(claim, verdict, measured)
+    if has_smollm:
+        verdicts += paired_degradation_checks(out_dir, acc)
     write_checks(out_dir, "lora", verdicts)
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "",
                       *(c.markdown() for c in verdicts)])
