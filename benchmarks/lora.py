@@ -50,6 +50,11 @@ tuned here) and clipping norm at its median per-sample gradient norm at the star
 seeds 0 to 3. Runs are named ``<method>-r8-smollm-<nodp|eps3>-lr<lr>-s<seed>``; the report
 judges them on the task's 400 held-out rows, and "learns" means above the pretrained model's
 zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed suite).
+The DP ordering is also tested per row (:func:`paired_degradation_checks`): each run's final
+model is rebuilt from its last checkpoint, checked against the run's own accuracy and
+re-evaluated on the same rows (``RUN/rows.npz``, kept when the checkpoint is not), and the
+per-row difference of drops, averaged over the seeds, is judged at two paired standard errors:
+a sharper test than the unpaired floor, about these rows.
 
 Cost: one private 64-row step takes ~4.2 s on two shared cores, so one run takes ~7 minutes and
 the quick suite (36 runs) ~4 hours; split it with ``only=`` (e.g. ``only=("-s0",)``, or one
