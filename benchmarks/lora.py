@@ -46,10 +46,11 @@ on rt-minilm's fresh head the private arms received pure noise). Rank 8 for ever
 clients (~3,415 rows each) in every round, Poisson batch 32, 2 rounds x 5 local steps, delta
 1e-5, each arm at its method's preset lr (FedIT 0.005, FFA-LoRA 0.02, Fed-SB 0.02: one lr, not
 tuned here) and clipping norm at its median per-sample gradient norm at the start (C = 1, 1,
-0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private and eps 3,
-seeds 0 to 3. Runs are named ``<method>-r8-smollm-<nodp|eps3>-lr<lr>-s<seed>``; the report
-judges them on the task's 400 held-out rows, and "learns" means above the pretrained model's
-zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed suite).
+0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private, eps 3
+and eps 10, seeds 0 to 3 (RESULTS.md names the seeds each epsilon was run on). Runs are named
+``<method>-r8-smollm-<nodp|eps3|eps10>-lr<lr>-s<seed>``; the report judges them on the task's
+400 held-out rows, and "learns" means above the pretrained model's zero-shot accuracy on those
+rows (computed once, ``zero_shot.json`` of the fedkseed suite).
 The DP ordering is also tested per row (:func:`paired_degradation_checks`): each run's final
 model is rebuilt from its last checkpoint, checked against the run's own accuracy and
 re-evaluated on the same rows (``RUN/rows.npz``, kept when the checkpoint is not), and the
@@ -121,7 +122,7 @@ SMOLLM: dict[str, Any] = {
     "rank": 8, "label": "smollm",
     "lr": {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02},
     "clip": {"fedit": 1.0, "ffa-lora": 1.0, "fed-sb": 0.2},
-    "epsilons": (3.0,), "seeds": (0, 1, 2, 3),
+    "epsilons": (3.0, 10.0), "seeds": (0, 1, 2, 3),
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
@@ -263,11 +264,13 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
                        ) -> list[tuple[str, str, str]]:
     """``(claim, verdict, measured)`` of the papers' DP ordering, per epsilon.
 
-    An arm's drop is its non-private accuracy minus its private one, each at its own chosen lr
-    (seed means). "X degrades less than FedIT" holds when FedIT's drop exceeds X's by more than
-    the noise floor: two binomial standard errors of a difference of drops (four accuracies,
-    each a mean over the seeds), or the spread over seeds of the per-seed difference of drops when
-    that is larger (each seed's runs at the chosen lrs).
+    An arm's drop is its non-private accuracy minus its private one, each at its own chosen lr,
+    averaged over the seeds that all four compared runs share (seed means when they share none,
+    so that a private arm run on fewer seeds is compared like for like). "X degrades less than
+    FedIT" holds when FedIT's drop exceeds X's by more than the noise floor: two binomial
+    standard errors of a difference of drops (four accuracies, each a mean over the seeds), or
+    the spread over seeds of the per-seed difference of drops when that is larger (each seed's
+    runs at the chosen lrs).
     """
     means, per_seed = seeds_by_lr(acc)
     _, chosen, _ = tuned(acc)
@@ -282,16 +285,20 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
         names = {m: (f"{m}-r{r}-{label}-nodp", f"{m}-r{r}-{label}-{key}") for m, r in table.items()}
         if not all(a in means for pair in names.values() for a in pair):
             continue
-        drop = {m: means[p][chosen[p]] - means[d][chosen[d]] for m, (p, d) in names.items()}
         seed_drop = {m: {s: at_chosen(p)[s] - at_chosen(d)[s]
                          for s in at_chosen(p).keys() & at_chosen(d).keys()}
                      for m, (p, d) in names.items()}
         for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
-            if m not in drop:
+            if m not in names:
                 continue
+            common = sorted(seed_drop["fedit"].keys() & seed_drop[m].keys())
+            if common:  # both drops over the same seeds: like for like
+                drop = {k: _mean([seed_drop[k][s] for s in common]) for k in ("fedit", m)}
+            else:
+                drop = {k: means[names[k][0]][chosen[names[k][0]]]
+                        - means[names[k][1]][chosen[names[k][1]]] for k in ("fedit", m)}
             diff = drop["fedit"] - drop[m]
-            paired = [seed_drop["fedit"][s] - seed_drop[m][s]
-                      for s in sorted(seed_drop["fedit"].keys() & seed_drop[m].keys())]
+            paired = [seed_drop["fedit"][s] - seed_drop[m][s] for s in common]
             floor = _spread(paired) if len(paired) > 1 else 0.0
             measured = (f"{key}, {setting(label)}: drop FedIT {drop['fedit']:+.3f} (lr "
                         f"{chosen[names['fedit'][1]]:g}), {short} {drop[m]:+.3f} (lr "
