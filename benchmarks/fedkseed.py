@@ -265,26 +265,39 @@ ROWS_FILE = "rows.npz"
 Rows = tuple["np.ndarray", "np.ndarray"]
 
 
-def _cached_rows(path: Path, key: str, compute: Callable[[], Rows]) -> Rows:
+def read_cached_rows(path: Path, key: str) -> Rows | None:
+    """The rows cached in ``path`` under ``key``; None when absent, damaged, of an older format
+    or computed from something else (another model, data or config, e.g. a copied folder)."""
+    import zipfile
+
+    import numpy as np
+
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            if str(z["key"]) == key:
+                return z["loss"].copy(), z["correct"].copy()
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        pass
+    return None
+
+
+def cached_rows(path: Path, key: str, compute: Callable[[], Rows]) -> Rows:
     """``compute()``'s rows, cached in ``path`` under ``key`` (a digest of what they come from).
 
-    The rows are recomputed when the key differs (another model, data or config, e.g. a copied
-    folder) or the file cannot be read; the file is replaced atomically.
+    The rows are recomputed when :func:`read_cached_rows` finds none; the file is replaced
+    atomically.
     """
     import io
-    import zipfile
 
     import numpy as np
 
     from bouquet.strategies.checkpoint import atomic_write
 
-    if path.is_file():
-        try:
-            with np.load(path) as z:
-                if str(z["key"]) == key:
-                    return z["loss"].copy(), z["correct"].copy()
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-            pass  # damaged or of an older format: recompute
+    cached = read_cached_rows(path, key)
+    if cached is not None:
+        return cached
     loss, correct = compute()
     buf = io.BytesIO()
     np.savez(buf, loss=loss, correct=correct, key=np.str_(key))
@@ -292,7 +305,7 @@ def _cached_rows(path: Path, key: str, compute: Callable[[], Rows]) -> Rows:
     return loss, correct
 
 
-def _rows_key(kind: str, *parts: bytes) -> str:
+def rows_key(kind: str, *parts: bytes) -> str:
     """A digest of what a set of rows is computed from: its kind and the bytes of its inputs."""
     import hashlib
 
@@ -397,8 +410,8 @@ def zero_shot_rows(out_dir: Path, held: HeldOut | None = None) -> Rows:
     cached beside it, e.g. ``zero_shot_rows_400-1600.npz``.
     """
     held = held_out() if held is None else held
-    key = _rows_key("zero-shot", held.fingerprint())
-    return _cached_rows(out_dir / f"zero_shot_rows{held.suffix}.npz", key,
+    key = rows_key("zero-shot", held.fingerprint())
+    return cached_rows(out_dir / f"zero_shot_rows{held.suffix}.npz", key,
                         lambda: held.row_metrics(held.task.pretrained))
 
 
@@ -444,9 +457,9 @@ def final_rows(out_dir: Path, run: str, held: HeldOut | None = None
         rep, _ = sync(("bench-report", str(folder), rnd), task.build_model, cfg, accumulator)
         return held.row_metrics(rep.model)
 
-    key = _rows_key("final", str(rnd).encode(), accumulator.tobytes(), config_text.encode(),
+    key = rows_key("final", str(rnd).encode(), accumulator.tobytes(), config_text.encode(),
                     held.fingerprint())
-    return rnd, _cached_rows(folder / f"rows{held.suffix}.npz", key, compute)
+    return rnd, cached_rows(folder / f"rows{held.suffix}.npz", key, compute)
 
 
 #: The paired comparisons of a ZO arm's final model against zero-shot: metric, claim's verb.

@@ -46,10 +46,16 @@ on rt-minilm's fresh head the private arms received pure noise). Rank 8 for ever
 clients (~3,415 rows each) in every round, Poisson batch 32, 2 rounds x 5 local steps, delta
 1e-5, each arm at its method's preset lr (FedIT 0.005, FFA-LoRA 0.02, Fed-SB 0.02: one lr, not
 tuned here) and clipping norm at its median per-sample gradient norm at the start (C = 1, 1,
-0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private and eps 3,
-seeds 0 to 3. Runs are named ``<method>-r8-smollm-<nodp|eps3>-lr<lr>-s<seed>``; the report
-judges them on the task's 400 held-out rows, and "learns" means above the pretrained model's
-zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed suite).
+0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private, eps 3
+and eps 10, seeds 0 to 3 (RESULTS.md names the seeds each epsilon was run on). Runs are named
+``<method>-r8-smollm-<nodp|eps3|eps10>-lr<lr>-s<seed>``; the report judges them on the task's
+400 held-out rows, and "learns" means above the pretrained model's zero-shot accuracy on those
+rows (computed once, ``zero_shot.json`` of the fedkseed suite).
+The DP ordering is also tested per row (:func:`paired_degradation_checks`): each run's final
+model is rebuilt from its last checkpoint, checked against the run's own accuracy and
+re-evaluated on the same rows (``RUN/rows.npz``, kept when the checkpoint is not), and the
+per-row difference of drops, averaged over the seeds, is judged at two paired standard errors:
+a sharper test than the unpaired floor, about these rows.
 
 Cost: one private 64-row step takes ~4.2 s on two shared cores, so one run takes ~7 minutes and
 the quick suite (36 runs) ~4 hours; split it with ``only=`` (e.g. ``only=("-s0",)``, or one
@@ -65,11 +71,23 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, parse_run
 from bouquet.apps.results import read_metrics
-from bouquet.apps.verdicts import FAILS, HOLDS, INCONCLUSIVE, Check, write_checks
+from bouquet.apps.verdicts import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_MEASURED,
+    Check,
+    improvement_check,
+    paired_change,
+    write_checks,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 COLUMNS = ["final.accuracy", "best.accuracy", "comm.up_bytes_per_client_round",
            "privacy.epsilon", "time.wall_s"]
@@ -104,7 +122,7 @@ SMOLLM: dict[str, Any] = {
     "rank": 8, "label": "smollm",
     "lr": {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02},
     "clip": {"fedit": 1.0, "ffa-lora": 1.0, "fed-sb": 0.2},
-    "epsilons": (3.0,), "seeds": (0, 1, 2, 3),
+    "epsilons": (3.0, 10.0), "seeds": (0, 1, 2, 3),
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
@@ -246,11 +264,13 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
                        ) -> list[tuple[str, str, str]]:
     """``(claim, verdict, measured)`` of the papers' DP ordering, per epsilon.
 
-    An arm's drop is its non-private accuracy minus its private one, each at its own chosen lr
-    (seed means). "X degrades less than FedIT" holds when FedIT's drop exceeds X's by more than
-    the noise floor: two binomial standard errors of a difference of drops (four accuracies,
-    each a mean over the seeds), or the spread over seeds of the per-seed difference of drops when
-    that is larger (each seed's runs at the chosen lrs).
+    An arm's drop is its non-private accuracy minus its private one, each at its own chosen lr,
+    averaged over the seeds that all four compared runs share (seed means when they share none,
+    so that a private arm run on fewer seeds is compared like for like). "X degrades less than
+    FedIT" holds when FedIT's drop exceeds X's by more than the noise floor: two binomial
+    standard errors of a difference of drops (four accuracies, each a mean over the seeds), or
+    the spread over seeds of the per-seed difference of drops when that is larger (each seed's
+    runs at the chosen lrs).
     """
     means, per_seed = seeds_by_lr(acc)
     _, chosen, _ = tuned(acc)
@@ -265,16 +285,20 @@ def degradation_checks(acc: Mapping[str, float], label: str, table: Mapping[str,
         names = {m: (f"{m}-r{r}-{label}-nodp", f"{m}-r{r}-{label}-{key}") for m, r in table.items()}
         if not all(a in means for pair in names.values() for a in pair):
             continue
-        drop = {m: means[p][chosen[p]] - means[d][chosen[d]] for m, (p, d) in names.items()}
         seed_drop = {m: {s: at_chosen(p)[s] - at_chosen(d)[s]
                          for s in at_chosen(p).keys() & at_chosen(d).keys()}
                      for m, (p, d) in names.items()}
         for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
-            if m not in drop:
+            if m not in names:
                 continue
+            common = sorted(seed_drop["fedit"].keys() & seed_drop[m].keys())
+            if common:  # both drops over the same seeds: like for like
+                drop = {k: _mean([seed_drop[k][s] for s in common]) for k in ("fedit", m)}
+            else:
+                drop = {k: means[names[k][0]][chosen[names[k][0]]]
+                        - means[names[k][1]][chosen[names[k][1]]] for k in ("fedit", m)}
             diff = drop["fedit"] - drop[m]
-            paired = [seed_drop["fedit"][s] - seed_drop[m][s]
-                      for s in sorted(seed_drop["fedit"].keys() & seed_drop[m].keys())]
+            paired = [seed_drop["fedit"][s] - seed_drop[m][s] for s in common]
             floor = _spread(paired) if len(paired) > 1 else 0.0
             measured = (f"{key}, {setting(label)}: drop FedIT {drop['fedit']:+.3f} (lr "
                         f"{chosen[names['fedit'][1]]:g}), {short} {drop[m]:+.3f} (lr "
@@ -317,6 +341,154 @@ def smollm_zero_shot(out_dir: Path) -> float:
     """The pretrained rt-smollm's accuracy on the held-out rows (the fedkseed suite's round 0,
     cached in ``OUT_DIR/zero_shot.json``; computing it loads the model once)."""
     return float(load_suite("fedkseed").zero_shot(out_dir)["accuracy"])
+
+
+#: (per-row loss, per-row correctness) of a model on rt-smollm's 400 held-out rows.
+Rows = tuple["np.ndarray", "np.ndarray"]
+
+
+class RebuildError(ValueError):
+    """A run's model rebuilt from its checkpoint is not the model its central evaluation scored."""
+
+
+def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
+    """Per-row loss and correctness of an rt-smollm run's final global model (paired tests).
+
+    The runs' metrics keep only means. The model is rebuilt from the run's last checkpoint the
+    way its server held it (the strategy's state on the task's pretrained weights, merged
+    ``W0 + s delta``: the arrays its central evaluation scored) and evaluated by the task's
+    ``row_metrics`` on the same 400 rows (``held``: the fedkseed suite's ``held_out()``, made here
+    when None). The rows are cached in ``RUN/rows.npz`` (the fedkseed
+    suite's cache) under a digest of the run's config, its last evaluated round and the rows,
+    so a folder without its checkpoint (the committed runs) still reads them. None when the
+    run has neither, or no evaluated round.
+
+    Raises
+    ------
+    RebuildError
+        If the checkpoint is of another round than the run's last evaluation, or the rebuilt
+        model's accuracy differs from the run's own final accuracy (nothing is cached then).
+
+    """
+    fk = load_suite("fedkseed")
+    folder = out_dir / run
+    scored = [r for r in read_metrics(folder) if isinstance(r.get("accuracy"), int | float)]
+    if not (folder / "config.yaml").is_file() or not scored:
+        return None
+    last = scored[-1]
+    config_text = (folder / "config.yaml").read_text()
+    held = fk.held_out() if held is None else held
+    key = fk.rows_key("lora-final", str(last["round"]).encode(), config_text.encode(),
+                      held.fingerprint())
+    path = folder / fk.ROWS_FILE
+    if not (folder / "checkpoint" / "meta.json").is_file():
+        rows: Rows | None = fk.read_cached_rows(path, key)
+        if rows is not None:
+            _check_rebuild(run, rows, last)
+        return rows
+
+    def compute() -> Rows:
+        rnd, got = _rebuild_rows(folder, config_text, held)
+        if rnd != last["round"]:
+            raise RebuildError(f"{run}: the checkpoint is of round {rnd}, the last evaluation "
+                               f"of round {last['round']}")
+        _check_rebuild(run, got, last)
+        return got
+
+    return fk.cached_rows(path, key, compute)  # type: ignore[no-any-return]
+
+
+def _check_rebuild(run: str, rows: Rows, last: Mapping[str, Any]) -> None:
+    """Raise :class:`RebuildError` unless ``rows`` score the run's own final accuracy."""
+    rebuilt = float(rows[1].mean())
+    if abs(rebuilt - float(last["accuracy"])) > 1e-9:
+        raise RebuildError(f"{run}: the model rebuilt from its checkpoint scores {rebuilt:.4f}, "
+                           f"the run's round {last['round']} {float(last['accuracy']):.4f}")
+
+
+def _rebuild_rows(folder: Path, config_text: str, held: Any) -> tuple[int, Rows]:
+    """(round, rows) of the global model in ``folder``'s checkpoint, on ``held``'s rows."""
+    import yaml
+
+    from bouquet.apps.config import resolve
+    from bouquet.apps.runner import build_strategy, restore_strategy
+    from bouquet.strategies.checkpoint import load_checkpoint
+    from bouquet.wire.arrays import to_record
+
+    rnd, state, _ = load_checkpoint(folder / "checkpoint")
+    cfg = resolve(yaml.safe_load(config_text))
+    task = held.task
+    strategy = build_strategy(cfg, to_record(task.initial_arrays(cfg.common.seed)),
+                              online_nodes=CLIENTS)
+    restore_strategy(strategy, state, folder)
+    merged = strategy.merged()  # type: ignore[attr-defined]
+    return rnd, held.row_metrics(task.model_from(merged))
+
+
+def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any = None
+                              ) -> list[Check]:
+    """rt-smollm's DP ordering tested per row (secondary to :func:`degradation_checks`).
+
+    Per epsilon and X in FFA-LoRA, Fed-SB: the seeds where all four runs (FedIT and X,
+    non-private and private, each at its chosen lr) have per-row results (:func:`final_rows`).
+    Per row, each method's drop (non-private minus private correctness) is averaged over those
+    seeds; "X degrades less than FedIT" holds when the mean of the per-row difference of drops
+    (FedIT's minus X's) exceeds two paired standard errors over the rows, does not hold below
+    minus two, and is inconclusive in between. The rows are the unit: the trainings' own
+    randomness enters only through the seeds averaged. ``not measured`` without per-row results
+    or when a rebuild fails (:class:`RebuildError`, named in the check). ``held``: the rows
+    (:func:`final_rows`), made on first need when None.
+    """
+    _, per_seed = seeds_by_lr(acc)
+    _, chosen, _ = tuned(acc)
+    label, rank = SMOLLM["label"], SMOLLM["rank"]
+    eps_keys = sorted({a.rsplit("-", 1)[1] for a in per_seed if f"-{label}-eps" in a},
+                      key=lambda k: float(k[3:]))
+    cache: dict[str, Rows | None] = {}
+    shared = [held]
+
+    def rows(arm: str, seed: int) -> Rows | None:
+        run = f"{arm}-lr{chosen[arm]:g}-s{seed}"
+        if run not in cache:
+            if shared[0] is None and (out_dir / run / "config.yaml").is_file():
+                shared[0] = load_suite("fedkseed").held_out()  # loads the task: only if needed
+            cache[run] = None if shared[0] is None else final_rows(out_dir, run, shared[0])
+        return cache[run]
+
+    out: list[Check] = []
+    for key in eps_keys:
+        names = {m: (f"{m}-r{rank}-{label}-nodp", f"{m}-r{rank}-{label}-{key}")
+                 for m in SMOLLM["lr"]}
+        if not all(a in chosen for pair in names.values() for a in pair):
+            continue
+        for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
+            arms = (*names["fedit"], *names[m])
+            seeds = sorted(set.intersection(*(set(per_seed[a][chosen[a]]) for a in arms)))
+            claim = (f"{short} degrades less than FedIT under DP ({key}, {setting(label)}; "
+                     "paired per row)")
+            try:
+                usable = [s for s in seeds if all(rows(a, s) is not None for a in arms)]
+            except RebuildError as exc:
+                out.append(Check(claim, NOT_MEASURED, f"rebuild failed: {exc}"))
+                continue
+            if not usable:
+                out.append(Check(claim, NOT_MEASURED, "no per-row results (no checkpoints)"))
+                continue
+
+            def drop(pair: tuple[str, str], seeds: list[int] = usable) -> list[float]:
+                per_run = [(rows(pair[0], s)[1].astype(float)  # type: ignore[index]
+                            - rows(pair[1], s)[1].astype(float))  # type: ignore[index]
+                           for s in seeds]
+                return [float(v) for v in sum(per_run) / len(per_run)]
+
+            theirs, fedit = drop(names[m]), drop(names["fedit"])
+            check = improvement_check(claim, paired_change(theirs, fedit), lower_is_better=False,
+                                      name="FedIT's drop minus " + short + "'s, per row:")
+            out.append(Check(claim, check.verdict,
+                             f"seeds {', '.join(map(str, usable))}; drop FedIT "
+                             f"{sum(fedit) / len(fedit):+.4f}, {short} "
+                             f"{sum(theirs) / len(theirs):+.4f}; {check.measured}"))
+    return out
 
 
 def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
@@ -380,6 +552,8 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     zero = smollm_zero_shot(out_dir) if has_smollm else None
     for claim, verdict, measured in learning_checks(acc, zero):
         record(claim, verdict, measured)
+    if has_smollm:
+        verdicts += paired_degradation_checks(out_dir, acc)
     write_checks(out_dir, "lora", verdicts)
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "",
                       *(c.markdown() for c in verdicts)])

@@ -142,7 +142,7 @@ def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
             ref = runs[f"{arm.rsplit('-', 1)[0]}-nodp-lr{lr:g}-s{seed}"]
             assert _without(r.config, "dp.enabled", "dp.target-epsilon") == ref.config
             assert r.config["dp.target-epsilon"] in suite.SMOLLM["epsilons"]
-    assert len(seeds) == 6 and {frozenset(s) for s in seeds.values()} == {frozenset({0, 1})}
+    assert len(seeds) == 9 and {frozenset(s) for s in seeds.values()} == {frozenset({0, 1, 2, 3})}
     monkeypatch.setenv("LORA_BENCH_TASK", "rt-tiny")
     with pytest.raises(ValueError, match="LORA_BENCH_TASK"):
         suite.runs(True)
@@ -171,6 +171,99 @@ def test_lora_rt_smollm_report_judges_learning_against_zero_shot(tmp_path: Path)
     ffa = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8)"]
     assert ffa.verdict == "inconclusive" and "0.071" in ffa.measured
     assert "ffa-lora matches or beats FedIT (rt-smollm, r=8, non-private)" in checks
+    # without the runs' folders there are no per-row results to pair
+    paired = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8; paired "
+                    "per row)"]
+    assert paired.verdict == "not measured"
+
+
+def test_lora_drops_are_taken_over_the_seeds_all_four_runs_share() -> None:
+    """A private arm run on fewer seeds than its non-private reference is compared on those
+    seeds only: seeds 2-3 of the references (here much better than seeds 0-1) must not enter
+    one method's drop and not the other's."""
+    suite = load_suite("lora")
+    acc = {}
+    for method, lr, private in (("fedit", 0.005, [0.80, 0.80]), ("ffa-lora", 0.02, [0.85, 0.85])):
+        for seed, a in enumerate([0.85, 0.85, 0.95, 0.95]):
+            acc[f"{method}-r8-smollm-nodp-lr{lr:g}-s{seed}"] = a if method == "fedit" else 0.85
+        for seed, a in enumerate(private):
+            acc[f"{method}-r8-smollm-eps10-lr{lr:g}-s{seed}"] = a
+    checks = {c: (v, m) for c, v, m in suite.degradation_checks(
+        acc, "smollm", {"fedit": 8, "ffa-lora": 8})}
+    verdict, measured = checks["FFA-LoRA degrades less than FedIT under DP (eps10, rt-smollm, "
+                               "r=8)"]
+    # seeds 0-1: FedIT drops 0.05, FFA-LoRA 0 (all-seed means would give FedIT 0.10)
+    assert "drop FedIT +0.050" in measured and "FFA-LoRA +0.000" in measured
+    assert "per-seed difference of drops +0.050, +0.050" in measured
+    assert verdict.startswith("inconclusive")  # 0.05 < 2 SE of 2 seeds on 400 rows (0.071)
+
+
+class _FixtureRows:
+    """Stands in for the fedkseed suite's held-out rows: only their digest is read."""
+
+    @staticmethod
+    def fingerprint() -> bytes:
+        return b"fixture rows"
+
+
+def test_lora_paired_check_pairs_the_runs_rows_and_refuses_a_model_that_is_not_the_runs(
+        tmp_path: Path) -> None:
+    """Per-row correctness turns a difference of drops that the unpaired floor cannot separate
+    into a verdict; rows that do not score the run's own accuracy are not used."""
+    import json
+
+    import numpy as np
+
+    suite = load_suite("lora")
+    fedkseed = load_suite("fedkseed")
+    n = 400
+    right = {  # rows each run gets right, the same on both seeds
+        "fedit-r8-smollm-nodp": np.arange(n) >= 40,  # 0.90
+        "fedit-r8-smollm-eps3": np.arange(n) >= 60,  # 0.85: FedIT drops 0.05
+        "ffa-lora-r8-smollm-nodp": np.arange(n) >= 40,
+        "ffa-lora-r8-smollm-eps3": np.arange(n) >= 40,  # FFA-LoRA drops nothing
+        "fed-sb-r8-smollm-nodp": np.arange(n) >= 40,
+        "fed-sb-r8-smollm-eps3": np.arange(n) >= 44,
+    }
+    lrs = {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02}
+    acc = {}
+    for arm, correct in right.items():
+        lr = lrs[arm.split("-r8-")[0]]
+        for seed in (0, 1):
+            run = f"{arm}-lr{lr:g}-s{seed}"
+            acc[run] = float(correct.mean())
+            folder = tmp_path / run
+            folder.mkdir()
+            config = f"run-name: {run}\nseed: {seed}\n"
+            (folder / "config.yaml").write_text(config)
+            (folder / "metrics.jsonl").write_text(
+                json.dumps({"round": 1, "accuracy": 0.81}) + "\n"
+                + json.dumps({"round": 2, "accuracy": acc[run]}) + "\n")
+            # Fed-SB's private seed-0 rows score 0.02 less than its run: not its model
+            rows = correct & (np.arange(n) >= 52) if run == "fed-sb-r8-smollm-eps3-lr0.02-s0" \
+                else correct
+            key = fedkseed.rows_key("lora-final", b"2", config.encode(), b"fixture rows")
+            fedkseed.cached_rows(folder / fedkseed.ROWS_FILE, key,
+                                 lambda rows=rows: (np.zeros(n), rows))
+    # the suite's unpaired rule cannot separate a 0.05 difference of drops on 2 seeds...
+    unpaired = dict((c, v) for c, v, _ in suite.degradation_checks(
+        acc, "smollm", {m: 8 for m in lrs}))
+    assert unpaired["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8)"] \
+        .startswith("inconclusive")
+    # ...the same runs paired per row can: 20 rows lost by FedIT, none by FFA-LoRA
+    checks = {c.claim: c for c in suite.paired_degradation_checks(tmp_path, acc, _FixtureRows())}
+    ffa = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8; paired per "
+                 "row)"]
+    assert ffa.verdict == "holds", ffa
+    assert "seeds 0, 1" in ffa.measured and "+0.0500" in ffa.measured
+    fed_sb = checks["Fed-SB degrades less than FedIT under DP (eps3, rt-smollm, r=8; paired per "
+                    "row)"]
+    assert fed_sb.verdict == "not measured" and "scores 0.8700" in fed_sb.measured
+    # a folder whose config changed since its rows were cached has no rows to pair
+    (tmp_path / "fedit-r8-smollm-nodp-lr0.005-s1" / "config.yaml").write_text("seed: 9\n")
+    again = {c.claim: c for c in suite.paired_degradation_checks(tmp_path, acc, _FixtureRows())}
+    assert "seeds 0;" in again["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, "
+                               "r=8; paired per row)"].measured
 
 
 def test_bandits_suite_runs_the_non_private_arm_clipped_like_the_private_ones() -> None:
@@ -318,16 +411,16 @@ def test_fedkseed_report_adds_paired_verdicts_from_the_rebuilt_final_model(
     # the rows are cached under a digest of what they come from (here a stand-in for the
     # task's held-out rows and model): written as the suite writes them, so nothing is evaluated
     monkeypatch.setattr(suite, "_task_fingerprint", lambda task: b"fixture rows")
-    suite._cached_rows(tmp_path / f"zero_shot_{suite.ROWS_FILE}",
-                       suite._rows_key("zero-shot", b"fixture rows"), lambda: (zero, right))
+    suite.cached_rows(tmp_path / f"zero_shot_{suite.ROWS_FILE}",
+                       suite.rows_key("zero-shot", b"fixture rows"), lambda: (zero, right))
     checkpoint = tmp_path / "prompt-fedkseed" / "checkpoint"
     from bouquet.strategies.checkpoint import save_checkpoint
 
     save_checkpoint(checkpoint, 2, {"accumulator": np.zeros(8)})
     config = "fedkseed.lr: 1.0e-05\n"
     (tmp_path / "prompt-fedkseed" / "config.yaml").write_text(config)
-    key = suite._rows_key("final", b"2", np.zeros(8).tobytes(), config.encode(), b"fixture rows")
-    suite._cached_rows(tmp_path / "prompt-fedkseed" / suite.ROWS_FILE, key,
+    key = suite.rows_key("final", b"2", np.zeros(8).tobytes(), config.encode(), b"fixture rows")
+    suite.cached_rows(tmp_path / "prompt-fedkseed" / suite.ROWS_FILE, key,
                        lambda: (zero - 0.01, right))
     text = suite.report(summaries, tmp_path)
     checks = {c["claim"]: c["verdict"] for c in
