@@ -179,3 +179,19 @@ def test_a_private_arm_whose_noise_follows_its_rounds_is_not_extended(
     run_suite("tinyplan", out, quick=True, reuse=True)
     assert [r.name for r in calls] == ["tiny-pinned", "tiny-ldp"]
     assert all(len(rows(out / n)) == 3 for n in ("tiny-pinned", "tiny-ldp"))
+
+
+def test_report_only_trains_nothing_and_names_the_runs_not_there(
+        suite: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rebuilding a report from a folder must never train a configuration that is declared
+    but absent (a suite that grew a seed or an epsilon since the folder was written)."""
+    out = suite / "out"
+    run_suite("tiny", out, quick=True, only=["tiny-s0"])
+    calls = counting_runner(monkeypatch)
+    table = run_suite("tiny", out, quick=True, report_only=True)
+    assert calls == []
+    assert not (out / "tiny-s1").exists()
+    text = table.read_text()
+    assert "1 runs (1 read back)" in text and "Not run (report only" in text and "tiny-s1" in text
+    with pytest.raises(ValueError, match="holds no finished run"):
+        run_suite("tiny", suite / "empty", quick=True, report_only=True)

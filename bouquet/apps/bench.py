@@ -287,12 +287,19 @@ def run_inprocess(run: BenchRun, out: Path) -> Path:
 
 
 def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
-              only: Sequence[str] = (), reuse: bool = False) -> Path:
+              only: Sequence[str] = (), reuse: bool = False, report_only: bool = False) -> Path:
     """Run every configuration of a suite; write ``table.md``; return its path.
 
     ``only`` keeps the configurations whose name contains one of its strings; ``reuse`` reads
     back the runs ``out`` already holds in full and continues the unfinished ones
-    (:func:`earlier_run`).
+    (:func:`earlier_run`). ``report_only`` trains nothing: the table, report and plots cover
+    the runs ``out`` holds in full, and every other configuration is listed as not run.
+
+    Raises
+    ------
+    ValueError
+        With ``report_only``, when ``out`` holds no finished run of the configurations.
+
     """
     suite = load_suite(name)
     runs: list[BenchRun] = suite.runs(quick)
@@ -313,7 +320,13 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         runner = run_simulation_bench
     summaries: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
-    actions = {r.name: earlier_run(r, out) if reuse else "run" for r in runs}
+    actions = {r.name: earlier_run(r, out) if reuse or report_only else "run" for r in runs}
+    skipped = [r.name for r in runs if report_only and actions[r.name] != "reuse"]
+    if report_only:
+        runs = [r for r in runs if actions[r.name] == "reuse"]
+        if not runs:
+            raise ValueError(f"report only: {out} holds no finished run of suite {name!r}"
+                             + (f" matching {list(only)}" if only else ""))
     for i, run in enumerate(runs, 1):
         action = actions[run.name]
         note = "" if action == "run" else f" ({action})"
@@ -333,8 +346,10 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
     reused = sum(a == "reuse" for a in actions.values())
     count = f"{len(runs)} runs ({reused} read back)" if reused else f"{len(runs)} runs"
     text = [f"# Benchmark `{name}`{' (quick)' if quick else ''}", "",
-            f"{count}, engine {engine}, {time.monotonic() - t0:.0f} s in all.", "",
-            table(summaries, columns, groups), ""]
+            f"{count}, engine {engine}, {time.monotonic() - t0:.0f} s in all.", ""]
+    if skipped:
+        text += [f"Not run (report only, not in {out} in full): {', '.join(skipped)}.", ""]
+    text += [table(summaries, columns, groups), ""]
     if hasattr(suite, "report"):
         text += [suite.report(summaries, out), ""]
     try:

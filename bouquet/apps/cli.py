@@ -193,7 +193,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from bouquet.apps.bench import run_suite
 
     path = run_suite(args.suite, Path(args.out), quick=args.quick, engine=args.engine,
-                     only=args.only or (), reuse=args.reuse)
+                     only=args.only or (), reuse=args.reuse, report_only=args.report_only)
     print(f"table: {path}")
     return 0
 
@@ -277,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "contains this (repeatable)")
     s.add_argument("--reuse", action="store_true", help="read back the runs the output folder "
                    "holds in full, continue the unfinished ones (a suite run in parts)")
+    s.add_argument("--report-only", action="store_true", help="train nothing: report the runs "
+                   "the output folder holds in full, list the others as not run")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("doctor", help="check that a method's and task's packages, data and model "
