@@ -357,11 +357,11 @@ def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
     The runs' metrics keep only means. The model is rebuilt from the run's last checkpoint the
     way its server held it (the strategy's state on the task's pretrained weights, merged
     ``W0 + s delta``: the arrays its central evaluation scored) and evaluated by the task's
-    ``row_metrics`` on the same 400 rows (``held``: the fedkseed suite's ``held_out()``, made here
-    when None). The rows are cached in ``RUN/rows.npz`` (the fedkseed
-    suite's cache) under a digest of the run's config, its last evaluated round and the rows,
-    so a folder without its checkpoint (the committed runs) still reads them. None when the
-    run has neither, or no evaluated round.
+    ``row_metrics`` on the same 400 rows (``held``: the fedkseed suite's ``held_out()``, made
+    here when None). The rows are cached in ``RUN/rows.npz`` (the fedkseed suite's cache) under
+    a digest of the run's config, its last evaluated round and the rows, so a folder without
+    its checkpoint (the committed runs) still reads them. None when the run has neither, or no
+    evaluated round.
 
     Raises
     ------
@@ -445,14 +445,14 @@ def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any
     eps_keys = sorted({a.rsplit("-", 1)[1] for a in per_seed if f"-{label}-eps" in a},
                       key=lambda k: float(k[3:]))
     cache: dict[str, Rows | None] = {}
-    shared = [held]
 
     def rows(arm: str, seed: int) -> Rows | None:
+        nonlocal held
         run = f"{arm}-lr{chosen[arm]:g}-s{seed}"
         if run not in cache:
-            if shared[0] is None and (out_dir / run / "config.yaml").is_file():
-                shared[0] = load_suite("fedkseed").held_out()  # loads the task: only if needed
-            cache[run] = None if shared[0] is None else final_rows(out_dir, run, shared[0])
+            if held is None and (out_dir / run / "config.yaml").is_file():
+                held = load_suite("fedkseed").held_out()  # loads the task: only when needed
+            cache[run] = None if held is None else final_rows(out_dir, run, held)
         return cache[run]
 
     out: list[Check] = []
