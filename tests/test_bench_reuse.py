@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,14 @@ def test_report_only_trains_nothing_and_names_the_runs_not_there(
     assert "1 runs (1 read back)" in text and "Not run (report only" in text and "tiny-s1" in text
     with pytest.raises(ValueError, match="holds no finished run"):
         run_suite("tiny", suite / "empty", quick=True, report_only=True)
+    # a run killed before it could continue (no checkpoint, no summary) is unfinished: it is
+    # listed as not run, not a reason to refuse the report
+    run_suite("tiny", out, quick=True, only=["tiny-s1"], reuse=True)
+    shutil.rmtree(out / "tiny-s1" / CHECKPOINT_DIR)
+    (out / "tiny-s1" / "summary.json").unlink()
+    killed = next(r for r in bench.load_suite("tiny").runs(True) if r.name == "tiny-s1")
+    with pytest.raises(CheckpointError):
+        earlier_run(killed, out)
+    calls.clear()
+    again = run_suite("tiny", out, quick=True, report_only=True).read_text()
+    assert calls == [] and "Not run (report only" in again and "tiny-s1" in again

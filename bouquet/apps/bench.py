@@ -286,6 +286,19 @@ def run_inprocess(run: BenchRun, out: Path) -> Path:
     return execute(grid, grid.run_config)
 
 
+def _report_action(run: BenchRun, out: Path) -> str:
+    """:func:`earlier_run` for a report, which continues nothing.
+
+    A run that could not continue (no readable checkpoint) is unfinished there, not an error.
+    """
+    from bouquet.strategies.checkpoint import CheckpointError
+
+    try:
+        return earlier_run(run, out)
+    except CheckpointError:
+        return "resume"
+
+
 def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
               only: Sequence[str] = (), reuse: bool = False, report_only: bool = False) -> Path:
     """Run every configuration of a suite; write ``table.md``; return its path.
@@ -320,7 +333,8 @@ def run_suite(name: str, out: Path, *, quick: bool, engine: str = "inprocess",
         runner = run_simulation_bench
     summaries: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic()
-    actions = {r.name: earlier_run(r, out) if reuse or report_only else "run" for r in runs}
+    actions = {r.name: _report_action(r, out) if report_only
+               else earlier_run(r, out) if reuse else "run" for r in runs}
     skipped = [r.name for r in runs if report_only and actions[r.name] != "reuse"]
     if report_only:
         runs = [r for r in runs if actions[r.name] == "reuse"]
