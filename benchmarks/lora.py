@@ -67,10 +67,12 @@ run_suite('lora', Path('/tmp/bench-lora'), quick=True, only=('fedit-',))"``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, parse_run
@@ -337,10 +339,16 @@ def learning_checks(acc: Mapping[str, float], zero_shot: float | None = None
     return out
 
 
+@functools.cache
+def _fedkseed_suite() -> ModuleType:
+    """The fedkseed suite, loaded once: its zero-shot figures, held-out rows and row cache."""
+    return load_suite("fedkseed")
+
+
 def smollm_zero_shot(out_dir: Path) -> float:
     """The pretrained rt-smollm's accuracy on the held-out rows (the fedkseed suite's round 0,
     cached in ``OUT_DIR/zero_shot.json``; computing it loads the model once)."""
-    return float(load_suite("fedkseed").zero_shot(out_dir)["accuracy"])
+    return float(_fedkseed_suite().zero_shot(out_dir)["accuracy"])
 
 
 #: (per-row loss, per-row correctness) of a model on rt-smollm's 400 held-out rows.
@@ -370,7 +378,7 @@ def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
         model's accuracy differs from the run's own final accuracy (nothing is cached then).
 
     """
-    fk = load_suite("fedkseed")
+    fk = _fedkseed_suite()
     folder = out_dir / run
     scored = [r for r in read_metrics(folder) if isinstance(r.get("accuracy"), int | float)]
     if not (folder / "config.yaml").is_file() or not scored:
@@ -444,16 +452,31 @@ def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any
     label, rank = SMOLLM["label"], SMOLLM["rank"]
     eps_keys = sorted({a.rsplit("-", 1)[1] for a in per_seed if f"-{label}-eps" in a},
                       key=lambda k: float(k[3:]))
-    cache: dict[str, Rows | None] = {}
+    cache: dict[str, Rows | RebuildError | None] = {}  # a failed rebuild is not tried again
 
     def rows(arm: str, seed: int) -> Rows | None:
         nonlocal held
         run = f"{arm}-lr{chosen[arm]:g}-s{seed}"
         if run not in cache:
             if held is None and (out_dir / run / "config.yaml").is_file():
-                held = load_suite("fedkseed").held_out()  # loads the task: only when needed
-            cache[run] = None if held is None else final_rows(out_dir, run, held)
-        return cache[run]
+                held = _fedkseed_suite().held_out()  # loads the task: only when needed
+            try:
+                cache[run] = None if held is None else final_rows(out_dir, run, held)
+            except RebuildError as exc:
+                cache[run] = exc
+        got = cache[run]
+        if isinstance(got, RebuildError):
+            raise got
+        return got
+
+    def drop(pair: tuple[str, str], seeds: list[int]) -> list[float]:
+        """Per row, the non-private minus the private correctness, averaged over ``seeds``."""
+        per_seed_rows = []
+        for s in seeds:
+            plain, private = rows(pair[0], s), rows(pair[1], s)
+            assert plain is not None and private is not None  # the seeds are the usable ones
+            per_seed_rows.append(plain[1].astype(float) - private[1].astype(float))
+        return [float(v) for v in sum(per_seed_rows) / len(per_seed_rows)]
 
     out: list[Check] = []
     for key in eps_keys:
@@ -474,14 +497,7 @@ def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any
             if not usable:
                 out.append(Check(claim, NOT_MEASURED, "no per-row results (no checkpoints)"))
                 continue
-
-            def drop(pair: tuple[str, str], seeds: list[int] = usable) -> list[float]:
-                per_run = [(rows(pair[0], s)[1].astype(float)  # type: ignore[index]
-                            - rows(pair[1], s)[1].astype(float))  # type: ignore[index]
-                           for s in seeds]
-                return [float(v) for v in sum(per_run) / len(per_run)]
-
-            theirs, fedit = drop(names[m]), drop(names["fedit"])
+            theirs, fedit = drop(names[m], usable), drop(names["fedit"], usable)
             check = improvement_check(claim, paired_change(theirs, fedit), lower_is_better=False,
                                       name="FedIT's drop minus " + short + "'s, per row:")
             out.append(Check(claim, check.verdict,
