@@ -48,7 +48,10 @@ clients (~3,415 rows each) in every round, Poisson batch 32, 2 rounds x 5 local 
 tuned here) and clipping norm at its median per-sample gradient norm at the start (C = 1, 1,
 0.2: the one-client probe's rule, ``benchmarks/dp_lora_probe.py norms``), non-private, eps 3
 and eps 10, seeds 0 to 3 (RESULTS.md names the seeds each epsilon was run on). Runs are named
-``<method>-r8-smollm-<nodp|eps3|eps10>-lr<lr>-s<seed>``; the report judges them on the task's
+``<method>-r8-smollm-<nodp|eps3|eps10>-lr<lr>-s<seed>``. A second schedule, ``smollm10``, is the
+same with 2 rounds x 10 local steps (the one-client probe's 20 private steps per client),
+non-private and eps 3, seeds 0 and 1 (``SMOLLM["variants"]``); its runs are named
+``<method>-r8-smollm10-...`` and judged apart from the first. The report judges them on the task's
 400 held-out rows, and "learns" means above the pretrained model's zero-shot accuracy on those
 rows (computed once, ``zero_shot.json`` of the fedkseed suite).
 The DP ordering is also tested per row (:func:`paired_degradation_checks`): each run's final
@@ -119,12 +122,18 @@ CLIENTS = 3
 #: one-client probe's rule), set in its private and non-private runs alike.
 SMOLLM: dict[str, Any] = {
     "schedule": {"task": "rt-smollm", "partition": "iid", "fraction-train": 1.0,
-                 "batch-size": 32, "num-server-rounds": 2, "local-steps": 5,
+                 "batch-size": 32, "num-server-rounds": 2,
                  "lora.optimizer": "adamw", "dp.delta": 1e-5},
-    "rank": 8, "label": "smollm",
+    "rank": 8,
     "lr": {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02},
     "clip": {"fedit": 1.0, "ffa-lora": 1.0, "fed-sb": 0.2},
-    "epsilons": (3.0, 10.0), "seeds": (0, 1, 2, 3),
+    #: Run label -> local steps per round, target epsilons and seeds. ``smollm``: 2 x 5 steps
+    #: (sessions 16-17); ``smollm10``: 2 x 10 steps, the one-client probe's 20 private steps
+    #: per client (session 18). Labels are distinct words: ``-smollm-`` selects only the first.
+    "variants": {
+        "smollm": {"local-steps": 5, "epsilons": (3.0, 10.0), "seeds": (0, 1, 2, 3)},
+        "smollm10": {"local-steps": 10, "epsilons": (3.0,), "seeds": (0, 1)},
+    },
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
@@ -168,19 +177,23 @@ def runs(quick: bool) -> list[BenchRun]:
 
 
 def smollm_runs() -> list[BenchRun]:
-    """rt-smollm: each method at rank 8, its preset lr and clip, non-private and private."""
+    """rt-smollm: each method at rank 8, its preset lr and clip, non-private and private, per
+    schedule of ``SMOLLM["variants"]``."""
     out: list[BenchRun] = []
-    for method, lr in SMOLLM["lr"].items():
-        base = {**SMOLLM["schedule"], "method": method, "lora.rank": SMOLLM["rank"], "lr": lr,
-                "dp.max-grad-norm": SMOLLM["clip"][method]}
-        arm = f"{method}-r{SMOLLM['rank']}-{SMOLLM['label']}"
-        levels = [("nodp", base)] + [(f"eps{eps:g}", {**base, "dp.enabled": True,
-                                                     "dp.target-epsilon": eps})
-                                    for eps in SMOLLM["epsilons"]]
-        for level, cfg in levels:
-            for seed in SMOLLM["seeds"]:
-                out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
-                                    clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
+    rank = SMOLLM["rank"]
+    for label, variant in SMOLLM["variants"].items():
+        for method, lr in SMOLLM["lr"].items():
+            base = {**SMOLLM["schedule"], "local-steps": variant["local-steps"],
+                    "method": method, "lora.rank": rank, "lr": lr,
+                    "dp.max-grad-norm": SMOLLM["clip"][method]}
+            arm = f"{method}-r{rank}-{label}"
+            levels = [("nodp", base)] + [(f"eps{eps:g}", {**base, "dp.enabled": True,
+                                                         "dp.target-epsilon": eps})
+                                        for eps in variant["epsilons"]]
+            for level, cfg in levels:
+                for seed in variant["seeds"]:
+                    out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
+                                        clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
     return out
 
 
@@ -237,13 +250,24 @@ def seeds_by_lr(acc: Mapping[str, float]) -> tuple[dict[str, dict[float, float]]
 
 
 def setting(label: str) -> str:
-    """How a claim names a rank label: ``matched ranks``, ``usual ranks``, ``rt-smollm, r=8``."""
-    return f"rt-smollm, r={SMOLLM['rank']}" if label == SMOLLM["label"] else f"{label} ranks"
+    """How a claim names a run label: ``matched ranks``, ``usual ranks``, ``rt-smollm, r=8``
+    (2 x 5 steps), ``rt-smollm, r=8, 2x10 steps``."""
+    if label not in SMOLLM["variants"]:
+        return f"{label} ranks"
+    steps = SMOLLM["variants"][label]["local-steps"]
+    rounds = SMOLLM["schedule"]["num-server-rounds"]
+    return f"rt-smollm, r={SMOLLM['rank']}" + ("" if label == "smollm"
+                                               else f", {rounds}x{steps} steps")
+
+
+def smollm_label(arm: str) -> str | None:
+    """The rt-smollm run label in an arm's name (``fedit-r8-smollm10-eps3`` -> ``smollm10``)."""
+    return next((v for v in SMOLLM["variants"] if f"-{v}-" in arm), None)
 
 
 def eval_rows(label: str) -> int:
-    """Held-out rows behind the accuracies of a rank label's runs (rt-smollm: 400)."""
-    return SMOLLM_EVAL_ROWS if label == SMOLLM["label"] else EVAL_ROWS
+    """Held-out rows behind the accuracies of a run label's runs (rt-smollm: 400)."""
+    return SMOLLM_EVAL_ROWS if label in SMOLLM["variants"] else EVAL_ROWS
 
 
 def _verdict(diff: float, claim_holds: bool, floor: float = 0.0, *, terms: int = 2,
@@ -324,7 +348,7 @@ def learning_checks(acc: Mapping[str, float], zero_shot: float | None = None
     for arm in sorted(best):
         if "-eps" not in arm:
             continue
-        if f"-{SMOLLM['label']}-" in arm:
+        if smollm_label(arm) is not None:
             if zero_shot is None:
                 continue
             start, rows, what = zero_shot, SMOLLM_EVAL_ROWS, f"zero-shot {zero_shot:.4f}"
@@ -343,6 +367,12 @@ def learning_checks(acc: Mapping[str, float], zero_shot: float | None = None
 def _fedkseed_suite() -> ModuleType:
     """The fedkseed suite, loaded once: its zero-shot figures, held-out rows and row cache."""
     return load_suite("fedkseed")
+
+
+@functools.cache
+def _smollm_held_out() -> Any:
+    """rt-smollm's 400 held-out rows with the task (the fedkseed suite's), loaded once."""
+    return _fedkseed_suite().held_out()
 
 
 def smollm_zero_shot(out_dir: Path) -> float:
@@ -385,7 +415,7 @@ def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
         return None
     last = scored[-1]
     config_text = (folder / "config.yaml").read_text()
-    held = fk.held_out() if held is None else held
+    held = _smollm_held_out() if held is None else held
     key = fk.rows_key("lora-final", str(last["round"]).encode(), config_text.encode(),
                       held.fingerprint())
     path = folder / fk.ROWS_FILE
@@ -433,8 +463,8 @@ def _rebuild_rows(folder: Path, config_text: str, held: Any) -> tuple[int, Rows]
     return rnd, held.row_metrics(task.model_from(merged))
 
 
-def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any = None
-                              ) -> list[Check]:
+def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any = None,
+                              label: str = "smollm") -> list[Check]:
     """rt-smollm's DP ordering tested per row (secondary to :func:`degradation_checks`).
 
     Per epsilon and X in FFA-LoRA, Fed-SB: the seeds where all four runs (FedIT and X,
@@ -445,11 +475,12 @@ def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any
     minus two, and is inconclusive in between. The rows are the unit: the trainings' own
     randomness enters only through the seeds averaged. ``not measured`` without per-row results
     or when a rebuild fails (:class:`RebuildError`, named in the check). ``held``: the rows
-    (:func:`final_rows`), made on first need when None.
+    (:func:`final_rows`), made on first need when None; ``label``: the rt-smollm schedule's
+    run label (``SMOLLM["variants"]``).
     """
     _, per_seed = seeds_by_lr(acc)
     _, chosen, _ = tuned(acc)
-    label, rank = SMOLLM["label"], SMOLLM["rank"]
+    rank = SMOLLM["rank"]
     eps_keys = sorted({a.rsplit("-", 1)[1] for a in per_seed if f"-{label}-eps" in a},
                       key=lambda k: float(k[3:]))
     cache: dict[str, Rows | RebuildError | None] = {}  # a failed rebuild is not tried again
@@ -459,7 +490,7 @@ def paired_degradation_checks(out_dir: Path, acc: Mapping[str, float], held: Any
         run = f"{arm}-lr{chosen[arm]:g}-s{seed}"
         if run not in cache:
             if held is None and (out_dir / run / "config.yaml").is_file():
-                held = _fedkseed_suite().held_out()  # loads the task: only when needed
+                held = _smollm_held_out()  # loads the task: only when needed
             try:
                 cache[run] = None if held is None else final_rows(out_dir, run, held)
             except RebuildError as exc:
@@ -553,7 +584,9 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                               if kind == INCONCLUSIVE else measured))
 
     smollm = {m: SMOLLM["rank"] for m in SMOLLM["lr"]}
-    for label, table in (("matched", MATCHED), ("usual", USUAL), (SMOLLM["label"], smollm)):
+    labels = [("matched", MATCHED), ("usual", USUAL),
+              *((label, smollm) for label in SMOLLM["variants"])]
+    for label, table in labels:
         plain = {m: best.get(f"{m}-r{r}-{label}-nodp") for m, r in table.items()}
         fedit = plain["fedit"]
         for m in ("ffa-lora", "fed-sb"):
@@ -564,12 +597,13 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                        f"{m} {v:.3f} vs FedIT {fedit:.3f}")
         for claim, verdict, measured in degradation_checks(acc, label, table):
             record(claim, verdict, measured)
-    has_smollm = any(f"-{SMOLLM['label']}-eps" in arm for arm in best)
-    zero = smollm_zero_shot(out_dir) if has_smollm else None
+    private_smollm = {smollm_label(arm) for arm in best if "-eps" in arm} - {None}
+    zero = smollm_zero_shot(out_dir) if private_smollm else None
     for claim, verdict, measured in learning_checks(acc, zero):
         record(claim, verdict, measured)
-    if has_smollm:
-        verdicts += paired_degradation_checks(out_dir, acc)
+    for label in SMOLLM["variants"]:
+        if label in private_smollm:
+            verdicts += paired_degradation_checks(out_dir, acc, label=label)
     write_checks(out_dir, "lora", verdicts)
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "",
                       *(c.markdown() for c in verdicts)])

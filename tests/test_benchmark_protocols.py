@@ -130,10 +130,14 @@ def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
     assert {r.config["task"] for r in runs.values()} == {"rt-smollm"}
     budget = {"num-server-rounds", "local-steps", "batch-size", "fraction-train", "partition",
               "lora.optimizer", "lora.rank", "dp.delta"}
-    assert len({tuple(sorted((k, r.config[k]) for k in budget)) for r in runs.values()}) == 1
+    budgets: dict[str, set[tuple[tuple[str, Any], ...]]] = {}
     seeds: dict[str, set[int]] = {}
     for name, r in runs.items():
         arm, lr, seed = suite.parse_run(name)
+        label = suite.smollm_label(arm)
+        variant = suite.SMOLLM["variants"][label]
+        budgets.setdefault(label, set()).add(tuple(sorted((k, r.config[k]) for k in budget)))
+        assert r.config["local-steps"] == variant["local-steps"]
         method = r.config["method"]
         assert lr == r.config["lr"] == suite.SMOLLM["lr"][method]
         assert r.config["dp.max-grad-norm"] == suite.SMOLLM["clip"][method]
@@ -141,8 +145,15 @@ def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
         if "-eps" in name:  # the private run is its reference plus DP, nothing else
             ref = runs[f"{arm.rsplit('-', 1)[0]}-nodp-lr{lr:g}-s{seed}"]
             assert _without(r.config, "dp.enabled", "dp.target-epsilon") == ref.config
-            assert r.config["dp.target-epsilon"] in suite.SMOLLM["epsilons"]
-    assert len(seeds) == 9 and {frozenset(s) for s in seeds.values()} == {frozenset({0, 1, 2, 3})}
+            assert r.config["dp.target-epsilon"] in variant["epsilons"]
+    # one budget per schedule, shared by every arm of it; the schedules differ in steps only
+    assert set(budgets) == {"smollm", "smollm10"}
+    assert all(len(b) == 1 for b in budgets.values())
+    (five,), (ten,) = budgets["smollm"], budgets["smollm10"]
+    assert {k for (k, v), (_, w) in zip(five, ten, strict=True) if v != w} == {"local-steps"}
+    assert {frozenset(s) for a, s in seeds.items() if "-smollm-" in a} == {frozenset(range(4))}
+    assert {frozenset(s) for a, s in seeds.items() if "-smollm10-" in a} == {frozenset({0, 1})}
+    assert len(seeds) == 9 + 6  # 3 methods x (nodp, eps3, eps10) + 3 methods x (nodp, eps3)
     monkeypatch.setenv("LORA_BENCH_TASK", "rt-tiny")
     with pytest.raises(ValueError, match="LORA_BENCH_TASK"):
         suite.runs(True)
@@ -175,6 +186,30 @@ def test_lora_rt_smollm_report_judges_learning_against_zero_shot(tmp_path: Path)
     paired = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8; paired "
                     "per row)"]
     assert paired.verdict == "not measured"
+
+
+def test_lora_rt_smollm_schedules_are_judged_apart(tmp_path: Path) -> None:
+    """The 2 x 10-step runs get their own checks; they never enter the 2 x 5-step ones."""
+    import json
+
+    suite = load_suite("lora")
+    (tmp_path / "zero_shot.json").write_text(json.dumps({"accuracy": 0.81}))
+    acc = {f"{m}-r8-smollm-{level}": {lr: [a, a]}
+           for m, lr in (("fedit", 0.005), ("ffa-lora", 0.02), ("fed-sb", 0.02))
+           for level, a in (("nodp", 0.86), ("eps3", 0.81))}
+    acc |= {f"{m}-r8-smollm10-{level}": {lr: [a, a]}
+            for m, lr in (("fedit", 0.005), ("ffa-lora", 0.02), ("fed-sb", 0.02))
+            for level, a in (("nodp", 0.87), ("eps3", 0.87 if m == "ffa-lora" else 0.72))}
+    checks = _lora_checks(suite, acc, tmp_path)
+    five = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8)"]
+    assert "drop FedIT +0.050 (lr 0.005), FFA-LoRA +0.050 (lr 0.02)" in five.measured
+    ten = checks["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, r=8, 2x10 steps)"]
+    assert ten.verdict == "holds", ten  # FedIT drops 0.15, FFA-LoRA nothing
+    assert checks["ffa-lora-r8-smollm10-eps3 learns (above zero-shot 0.8100)"].verdict == "holds"
+    assert checks["fedit-r8-smollm-eps3 learns (above zero-shot 0.8100)"].verdict == \
+        "does not hold"
+    paired = [c for c in checks if c.endswith("paired per row)")]
+    assert len(paired) == 4 and sum("2x10 steps" in c for c in paired) == 2
 
 
 def test_lora_drops_are_taken_over_the_seeds_all_four_runs_share() -> None:
