@@ -375,6 +375,26 @@ def test_a_resume_before_every_saved_round_keeps_the_calibration(tmp_path: Path)
     assert "dp.calibration" in again.state
 
 
+def test_a_silo_first_saved_in_an_unfinished_round_keeps_its_noise_secret(tmp_path: Path) -> None:
+    """A LinUCB silo whose every saved version is of a round the resumed server never finished:
+    the resume restores no model state. Its noise secret used to be lost with it, so the redone
+    round released the same data again with fresh, independent noise, a second release the
+    resumed server's ledger never counted. The secret is carried now (a new run draws its own)."""
+    from bouquet.clients.linucb import node_secret
+
+    store = NodeStore(tmp_path / "p0", 0, 7, False)
+    ctx = _context()
+    restore(ctx, store, 2)
+    secret = node_secret(ctx)  # drawn at the silo's first release, in round 2
+    persist(ctx, store, 2)
+    back = _context(8)
+    assert restore(back, NodeStore(tmp_path / "p0", 0, 8, resumed=True), 2) is None
+    assert node_secret(back) == secret
+    fresh = _context(9)
+    restore(fresh, NodeStore(tmp_path / "p0", 0, 9, resumed=False), 1)
+    assert node_secret(fresh) != secret
+
+
 # --------------------------------------------------------------------------- lacking nodes
 def test_too_few_nodes_stops_with_a_usable_checkpoint(tmp_path: Path) -> None:
     over = {"num-server-rounds": 3, "min-train-nodes": 3, "sample-deadline": 1.0,

@@ -190,7 +190,10 @@ def node_secret(context: Context) -> int:
     """The silo's noise secret: node config ``dp-seed`` / ``dp-secret``, else a kept random one.
 
     Without it the noise would be a function of the public run seed, partition and round, which
-    the server could regenerate and subtract (no privacy against the server at all).
+    the server could regenerate and subtract (no privacy against the server at all). The kept
+    one (record ``linucb.noise-secret``) is carried across a server resume even when no model
+    state is (:func:`bouquet.clients.persistence.carry_calibrations`), so a redone round
+    releases the same noise again instead of a second, independent draw.
     """
     for name in (DP_SEED_KEY, "dp-secret"):
         if name in context.node_config:

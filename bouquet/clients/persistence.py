@@ -40,9 +40,10 @@ Which version is restored (a node with no ``bouquet.persistence`` marker in ``co
   accountant of any version (:func:`carry_spent_privacy`), is re-saved under this run and
   flushed to the disk *before* anything is deleted, also when only the accountant is carried
   (every version was of a later round): the node may die at any point and still restore the
-  whole privacy it spent. Its noise calibration records (``<namespace>.calibration``) are
-  carried the same way (:func:`carry_calibrations`), so that it still refuses a recalibrated
-  noise;
+  whole privacy it spent. Its noise calibration records (``<namespace>.calibration``) and
+  noise secret (``<namespace>.noise-secret``) are carried the same way
+  (:func:`carry_calibrations`), so that it still refuses a recalibrated noise and a redone
+  round re-releases the very noise its first attempt released;
 * none, and a new run: no model state; stale versions of an earlier run with the same name are
   deleted, but the longest privacy accountant among them (if any) is carried, the same way: it
   is saved under this run as a version of round ``rnd - 1`` (round 0 for the first message),
@@ -85,6 +86,9 @@ ACCOUNTANT_KEY = "dp.accountant"
 #: Ending of the ``context.state`` records that hold the noise calibration of a client's
 #: releases in a run (``dp.calibration``, ``<method>.calibration``).
 CALIBRATION_SUFFIX = ".calibration"
+#: Ending of a record holding a node's own noise secret (``linucb.noise-secret``: the LinUCB
+#: silo's noise is drawn from it). Fixed at its first release in a run, like a calibration.
+NOISE_SECRET_SUFFIX = ".noise-secret"
 #: ``context.state`` record that marks a context as already restored (never persisted itself).
 MARKER = "bouquet.persistence"
 #: How many versions a partition's folder keeps.
@@ -324,19 +328,22 @@ def carry_spent_privacy(store: NodeStore, done: list[Version], restored: RecordD
 
 def carry_calibrations(store: NodeStore, done: list[Version], restored: RecordDict | None
                        ) -> RecordDict | None:
-    """Put the newest saved ``<namespace>.calibration`` records into ``restored`` (same run only).
+    """Put the newest saved calibration and noise-secret records into ``restored`` (same run).
 
     A calibration record (the noise a client's releases used:
     :func:`bouquet.privacy.accountant.keep_calibration`, ``clients.linucb.keep_calibration``)
-    is written once, at a node's first release in a run, and never changes, so any version's
-    copy is the run's. A resume whose every version is of a round the server never finished
-    restores no model state, but must keep these records: without them the node would accept
-    a recalibrated noise for the same run. A new run of the same name does not inherit them.
+    and a noise secret (``clients.linucb.node_secret``) are written once, at a node's first
+    release in a run, and never change, so any version's copy is the run's. A resume whose every
+    version is of a round the server never finished restores no model state, but must keep
+    these records: without a calibration the node would accept a recalibrated noise for the
+    same run; without its secret a LinUCB silo would redo that round's release with fresh,
+    independent noise, a second release of the same data that the resumed server's privacy
+    ledger does not count. A new run of the same name inherits neither.
     """
     found: dict[str, ConfigRecord] = {}
     for version in reversed(done):  # newest first
         for name, rec in store.load(version).config_records.items():
-            if name.endswith(CALIBRATION_SUFFIX):
+            if name.endswith((CALIBRATION_SUFFIX, NOISE_SECRET_SUFFIX)):
                 found.setdefault(name, rec)
     if not found:
         return restored
