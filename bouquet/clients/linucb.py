@@ -193,7 +193,11 @@ def node_secret(context: Context) -> int:
     the server could regenerate and subtract (no privacy against the server at all). The kept
     one (record ``linucb.noise-secret``) is carried across a server resume even when no model
     state is (:func:`bouquet.clients.persistence.carry_calibrations`), so a redone round
-    releases the same noise again instead of a second, independent draw.
+    releases the same noise again instead of a second, independent draw. That release is the
+    first attempt's again only if the round's data are too (the ``RewardSource`` is indexed by
+    round and step, and the resumed server re-sends the same global statistics), which every
+    restored silo already relies on: a source that answers a redone round with other data
+    would let the two releases' difference show the data's.
     """
     for name in (DP_SEED_KEY, "dp-secret"):
         if name in context.node_config:
