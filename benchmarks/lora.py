@@ -50,10 +50,11 @@ tuned here) and clipping norm at its median per-sample gradient norm at the star
 and eps 10, seeds 0 to 3 (RESULTS.md names the seeds each epsilon was run on). Runs are named
 ``<method>-r8-smollm-<nodp|eps3|eps10>-lr<lr>-s<seed>``. A second schedule, ``smollm10``, is the
 same with 2 rounds x 10 local steps (the one-client probe's 20 private steps per client),
-non-private and eps 3, seeds 0 and 1 (``SMOLLM["variants"]``); its runs are named
-``<method>-r8-smollm10-...`` and judged apart from the first. The report judges them on the task's
-400 held-out rows, and "learns" means above the pretrained model's zero-shot accuracy on those
-rows (computed once, ``zero_shot.json`` of the fedkseed suite).
+non-private, eps 3 and eps 10, seeds 0 to 3 (``SMOLLM["variants"]``; RESULTS.md names the
+seeds run); its runs are named ``<method>-r8-smollm10-...`` and judged apart from the first.
+The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
+model's zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed
+suite).
 The DP ordering is also tested per row (:func:`paired_degradation_checks`): each run's final
 model is rebuilt from its last checkpoint, checked against the run's own accuracy and
 re-evaluated on the same rows (``RUN/rows.npz``, kept when the checkpoint is not), and the
@@ -129,10 +130,10 @@ SMOLLM: dict[str, Any] = {
     "clip": {"fedit": 1.0, "ffa-lora": 1.0, "fed-sb": 0.2},
     #: Run label -> local steps per round, target epsilons and seeds. ``smollm``: 2 x 5 steps
     #: (sessions 16-17); ``smollm10``: 2 x 10 steps, the one-client probe's 20 private steps
-    #: per client (session 18). Labels are distinct words: ``-smollm-`` selects only the first.
+    #: per client (sessions 18-19). Labels are distinct words: ``-smollm-`` selects only the first.
     "variants": {
         "smollm": {"local-steps": 5, "epsilons": (3.0, 10.0), "seeds": (0, 1, 2, 3)},
-        "smollm10": {"local-steps": 10, "epsilons": (3.0,), "seeds": (0, 1)},
+        "smollm10": {"local-steps": 10, "epsilons": (3.0, 10.0), "seeds": (0, 1, 2, 3)},
     },
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
