@@ -27,9 +27,13 @@ def flwr_run(app: Path, nodes: int, timeout: float = 600) -> str:
         env = flower_env(home)
         env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"] = str(free_port())
         env["FLWR_LOCAL_CONTROL_API_PORT"] = str(free_port())
+        # Ray is told of one CPU, so one actor process (torch and the app imported once) runs
+        # every client in turn: about 4-8 s of CPU less per example than an actor per core
+        # (benchmarks/RESULTS.md, perf-tests). Clients of one simulation running concurrently
+        # are tested by tests/test_simulation.py (bouquet's app, an actor per core).
         cmd = [str(Path(sys.executable).parent / "flwr"), "run", str(copy), "--stream",
                "--federation-config",
-               f"num-supernodes={nodes} client-resources-num-cpus=1"]
+               f"num-supernodes={nodes} client-resources-num-cpus=1 init-args-num-cpus=1"]
         proc = subprocess.run(cmd, cwd=home, env=env, timeout=timeout, check=False,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = proc.stdout.decode(errors="replace")

@@ -194,15 +194,20 @@ class LocalFleet:
                 self.register(self.keys[i][1], f"node{i}")
             self.start_node(i)
 
-    def restart_superlink(self) -> None:
+    def restart_superlink(self, grace: float = 20.0) -> None:
         """Stop the SuperLink (SIGTERM) and start it again on the same port and database.
 
         The ServerApp it ran stops with it: resume that run with ``resume-from``. The
         SuperNodes reconnect by themselves and keep their node ids (the database kept them).
+        ``grace``: seconds to wait after SIGTERM before killing what is left. Flower 1.42's
+        SuperLink stopped in the middle of a run waits for its open connections to close
+        (among them the run's ``flwr run --stream``) and was seen still waiting after 20 s;
+        the longer it is down, the longer the SuperNodes' reconnect backoff grows (up to 20 s
+        between tries).
         """
         proc = self.procs.pop("superlink")
         stop_pids(sorted({proc.pid, *children(proc.pid), *self._pids_of("superlink")}),
-                  grace=20.0)
+                  grace=grace)
         proc.wait(timeout=30)
         self._spawn("superlink", self.superlink_cmd)
         self.wait_healthy()
