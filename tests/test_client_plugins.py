@@ -95,6 +95,9 @@ Call = Callable[[Message, Context], Message]
 GRADIENT = [
     ("scaffold", {}, lambda m, c: scaffold.train(m, c, user_model(), user_batches(), user_loss,
                                                  lr=0.1, local_steps=LOCAL_STEPS), "committed"),
+    ("scaffold", {"scaffold.controls": "I"},
+     lambda m, c: scaffold.train(m, c, user_model(), user_batches(), user_loss, lr=0.1,
+                                 local_steps=LOCAL_STEPS, controls="I"), "committed"),
     ("scaffold-1up", {}, lambda m, c: scaffold.train_single_uplink(
         m, c, user_model(), user_batches(), user_loss, lr=0.1, local_steps=LOCAL_STEPS),
      "committed"),
@@ -558,3 +561,47 @@ def test_fedkseed_a_step_that_fails_part_way_forgets_the_moved_replica(tmp_path:
                        failing_loss, model_key="users-two-layer", **options)
     assert calls["n"] == 5
     assert fedkseed.cached_replica() is None
+
+
+def test_scaffold_option_i_control_is_the_gradient_at_the_server_model(tmp_path: Path) -> None:
+    """Option I (Karimireddy et al. 2020, eq. (4)): c_i+ = g_i(x), the client's full local
+    gradient at the server model; the local steps, dy and the caller's final model are as
+    under option II."""
+    strategy = strategy_for("scaffold", tmp_path, user_model(), **{"scaffold.controls": "I"})
+    replies, models = {}, {}
+    for controls in ("I", "II"):
+        models[controls] = user_model()
+        reply = scaffold.train(instruction(strategy, 1), node_context(), models[controls],
+                               user_batches(), user_loss, lr=0.1, local_steps=LOCAL_STEPS,
+                               controls=controls)
+        replies[controls] = strategy.admit_train_reply(1, 0, reply.content).value.vectors
+    # the same gradient computed independently: all 24 examples in one batch, at x
+    x = user_model()
+    batches = user_batches()
+    user_loss(x, (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches]))
+              ).backward()
+    expected = np.concatenate([p.grad.numpy().ravel() for p in x.parameters()
+                               if p.grad is not None])
+    (dy_i, dc_i), (dy_ii, dc_ii) = replies["I"], replies["II"]
+    assert expected.shape == dc_i.shape
+    np.testing.assert_allclose(dc_i, expected, rtol=1e-5, atol=1e-7)  # c_i was 0: dc = g(x)
+    np.testing.assert_array_equal(dy_i, dy_ii)
+    assert np.abs(dc_i - dc_ii).max() > 1e-3  # option II's control is another vector
+    x_flat = np.concatenate([a.ravel() for a in get_arrays(user_model()).values()])
+    for controls in ("I", "II"):  # the caller's model ends the round at y = x + dy
+        y = np.concatenate([a.ravel() for a in get_arrays(models[controls]).values()])
+        np.testing.assert_allclose(y, x_flat + dy_i, atol=1e-6)
+
+
+def test_single_uplink_scaffold_refuses_option_i_controls(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="controls"):
+        strategy_for("scaffold-1up", tmp_path, user_model(), **{"scaffold.controls": "I"})
+    from bouquet.clients.local_training import section_from
+    from bouquet.clients.scaffold import SingleUplinkClient, public_round
+    from bouquet.strategies.sections.scaffold import ScaffoldConfig
+
+    msg = instruction(strategy_for("scaffold-1up", tmp_path, user_model()), 1)
+    with pytest.raises(ValueError, match="controls='II'"):
+        public_round(SingleUplinkClient(), section_from(ScaffoldConfig, {"controls": "I"}), msg,
+                     node_context(), user_model(), user_batches(), user_loss, lr=0.1,
+                     local_steps=LOCAL_STEPS, local_epochs=1, num_examples=None, seed=0)

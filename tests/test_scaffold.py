@@ -121,6 +121,7 @@ def client_controls(grid: LocalGrid, strategy: Any, method: str) -> np.ndarray:
 
 @pytest.mark.parametrize(("method", "over"), [
     ("scaffold", {}),
+    ("scaffold", {"scaffold.controls": "I"}),
     ("scaffold-1up", {}),
     ("scallion", {"scallion.compressor-ratio": 0.1}),
     ("scafcom", {"scafcom.compressor-ratio": 0.05}),

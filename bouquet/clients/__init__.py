@@ -12,7 +12,7 @@ Gradient methods (``model``: a torch ``nn.Module`` that receives the message's `
 
 =========================================  ====================================================
 ``fedavg.train``                           FedAvg (the whole model back)
-``scaffold.train``                         SCAFFOLD, option II (``dy`` and ``dc`` up)
+``scaffold.train``                         SCAFFOLD (``dy`` and ``dc`` up; option II or I)
 ``scaffold.train_single_uplink``           single-uplink SCAFFOLD (``scaffold-1up``)
 ``scallion.train``                         SCALLION (unbiased compression)
 ``scafcom.train``                          SCAFCOM (biased compression + local momentum)

@@ -48,10 +48,9 @@ def count_batches(batches: Iterable[Any]) -> int:
 
 
 def count_examples(batches: Iterable[Any]) -> int:
-    """Examples per epoch: ``len(batches.dataset)`` (a DataLoader), else the summed batch sizes.
+    """Examples per epoch: ``len(batches.dataset)`` (a DataLoader), else summed batch sizes.
 
-    A batch's size is the length of its first element when it is a tuple or list (``(x, y)``),
-    of the batch itself otherwise.
+    A batch's size is :func:`batch_size`.
     """
     dataset = getattr(batches, "dataset", None)
     if dataset is not None:
@@ -59,11 +58,17 @@ def count_examples(batches: Iterable[Any]) -> int:
             return len(dataset)
         except TypeError:
             pass
-    total = 0
-    for batch in batches:
-        first = batch[0] if isinstance(batch, tuple | list) else batch
-        total += len(first)
-    return total
+    return sum(batch_size(batch) for batch in batches)
+
+
+def batch_size(batch: Any) -> int:
+    """Examples in one batch.
+
+    The length of its first element when it is a tuple or list (``(x, y)``), of the batch
+    itself otherwise.
+    """
+    first = batch[0] if isinstance(batch, tuple | list) else batch
+    return len(first)
 
 
 @dataclasses.dataclass(frozen=True)

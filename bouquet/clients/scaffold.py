@@ -22,6 +22,7 @@ from torch import nn
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.local_training import (
     LocalSchedule,
+    batch_size,
     examples_in,
     node_index,
     reply,
@@ -41,12 +42,50 @@ from bouquet.wire.uplink import COMMIT_ROUND, STEPS_METRIC, uplink_compressor
 _COMPRESSOR_STREAM = 0x5CAF
 
 
+def mean_gradient(model: nn.Module, batches: Iterable[Any], loss_fn: BatchLoss,
+                  examples: int) -> dict[str, np.ndarray]:
+    """The gradient of the per-example mean loss over one pass of ``batches``, at the model.
+
+    One pass: batches until ``examples`` examples were seen (the catalogue's batches are an
+    endless shuffled stream) or the iterable ends. Each batch's mean-loss gradient is
+    weighted by its :func:`batch_size`. The model is in training mode, as in local training;
+    its parameters are not changed (buffers such as batch-norm statistics may be: the caller
+    reloads the model). Returns named float32 arrays for every entry of
+    ``model.state_dict()``, zeros for those that are not parameters.
+    """
+    model.train()
+    params = dict(model.named_parameters())
+    for p in params.values():
+        p.grad = None
+    total = 0
+    for batch in batches:
+        size = batch_size(batch)
+        (loss_fn(model, batch) * size).backward()
+        total += size
+        if total >= examples:
+            break
+    if total < 1:
+        raise ValueError("the gradient at x (option I controls) needs at least one example")
+    out: dict[str, np.ndarray] = {}
+    for name, value in model.state_dict().items():
+        grad = params[name].grad if name in params else None
+        out[name] = (np.zeros(tuple(value.shape), dtype=np.float32) if grad is None
+                     else (grad.detach().cpu().double() / total).float().numpy())
+    for p in params.values():
+        p.grad = None
+    return out
+
+
 class LocalRound:
-    """What one local round produced: the flat model before and after, and K."""
+    """What one local round produced: the flat model before and after, and K.
+
+    With option I controls also the flat gradient at ``x`` over one pass of the batches.
+    """
 
     def __init__(self, x: np.ndarray, y: np.ndarray, steps: int, lr: float,
-                 stats: dict[str, float]) -> None:
+                 stats: dict[str, float], gradient_at_x: np.ndarray | None = None) -> None:
         self.x, self.y, self.steps, self.lr, self.stats = x, y, steps, lr, stats
+        self.gradient_at_x = gradient_at_x
 
     def mean_direction(self) -> np.ndarray:
         """``(x - y) / (K eta_l)`` in float64: the mean corrected gradient of the round."""
@@ -78,6 +117,13 @@ class VectorClient(ClientProcedure):
         """``(s, b)``: local steps follow ``s g(y) + b`` (SCAFFOLD: ``s = 1``, ``b = c - c_i``)."""
         return 1.0, (c - c_i).astype(np.float32)
 
+    def needs_gradient_at_x(self, section: Any) -> bool:
+        """Whether :meth:`uplink` needs :attr:`LocalRound.gradient_at_x` (option I controls)."""
+        return False
+
+    def check_section(self, section: Any) -> None:
+        """Refuse a section this rule cannot run (before any training)."""
+
     def train(self, msg: Message, context: Context, env: ClientEnv) -> RecordDict:
         """One round on the catalogue task (see :meth:`run`)."""
         rnd = int(message_config(msg)["server-round"])  # type: ignore[arg-type]
@@ -95,6 +141,7 @@ class VectorClient(ClientProcedure):
         the method's config section; ``seed`` and the node's :func:`node_index` seed the
         compressor's randomness.
         """
+        self.check_section(section)
         cfg = message_config(msg)
         rnd = int(cfg["server-round"])  # type: ignore[arg-type]
         method = str(cfg.get("method", self.prefix))
@@ -117,8 +164,14 @@ class VectorClient(ClientProcedure):
         stats = sgd_steps(model, schedule.stream(batches), loss_fn,
                           steps=schedule.num_steps(batches), lr=schedule.lr, correct_grad=hook)
         steps = int(stats.pop("steps"))
-        run = LocalRound(layout.flatten(x_arrays), layout.flatten(get_arrays(model)), steps,
-                         schedule.lr, stats)
+        y_arrays = get_arrays(model)
+        gradient_at_x = None
+        if self.needs_gradient_at_x(section):
+            set_arrays(model, x_arrays)
+            gradient_at_x = layout.flatten(mean_gradient(model, batches, loss_fn, n))
+            set_arrays(model, y_arrays)  # the caller's model ends the round at y, as ever
+        run = LocalRound(layout.flatten(x_arrays), layout.flatten(y_arrays), steps,
+                         schedule.lr, stats, gradient_at_x)
         rng = np.random.default_rng([seed, rnd, node_index(context), _COMPRESSOR_STREAM])
         payloads, new_state = self.uplink(run, state, c, section, self.compressor(section), rng)
         content = RecordDict({name: to_array_record(p) for name, p in payloads.items()})
@@ -143,7 +196,12 @@ def control_correction(layout: Layout, correction: np.ndarray, scale: float = 1.
 
 
 class ScaffoldClient(VectorClient):
-    """SCAFFOLD (option II): two dense vectors, ``dy = y - x`` and ``dc = c_i+ - c_i``."""
+    """SCAFFOLD: two dense vectors, ``dy = y - x`` and ``dc = c_i+ - c_i``.
+
+    ``c_i+`` by option II (``scaffold.controls``, default: ``c_i - c + (x - y)/(K eta_l)``)
+    or option I (the gradient at ``x`` over one pass of the batches; Karimireddy et al.,
+    ICML 2020, eq. (4)).
+    """
 
     prefix = "scaffold"
     corrected = True
@@ -152,13 +210,20 @@ class ScaffoldClient(VectorClient):
         """Dense uplink."""
         return make_compressor("identity")
 
+    def needs_gradient_at_x(self, section: Any) -> bool:
+        """Option I controls need the gradient at ``x``."""
+        return bool(section.controls == "I")
+
     def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
                section: Any, comp: Compressor, rng: np.random.Generator
                ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
-        """``dc = (x - y)/(K eta_l) - c``; ``c_i <- c_i + dc``."""
+        """``dc = c_i+ - c_i``: option II ``(x - y)/(K eta_l) - c``, option I ``g(x) - c_i``."""
         assert c is not None
         c_i = state.get("c", np.zeros_like(c))
-        dc = (run.mean_direction() - c).astype(np.float32)
+        if run.gradient_at_x is not None:
+            dc = (run.gradient_at_x.astype(np.float64) - c_i).astype(np.float32)
+        else:
+            dc = (run.mean_direction() - c).astype(np.float32)
         dy = (run.y - run.x).astype(np.float32)
         return ({"payload": comp.compress(dy, rng), "payload-c": comp.compress(dc, rng)},
                 {"c": (c_i + dc).astype(np.float32)})
@@ -169,6 +234,12 @@ class SingleUplinkClient(VectorClient):
 
     prefix = "scaffold"
     corrected = True
+
+    def check_section(self, section: Any) -> None:
+        """Option II controls only: the one vector stands for ``dy`` and ``dc`` through them."""
+        if getattr(section, "controls", "II") != "II":
+            raise ValueError("single-uplink SCAFFOLD needs controls='II' (option II): its one "
+                             "uplink vector stands for dy and dc only under option II")
 
     def uplink(self, run: LocalRound, state: dict[str, np.ndarray], c: np.ndarray | None,
                section: Any, comp: Compressor, rng: np.random.Generator
@@ -236,8 +307,8 @@ def public_round(rule: VectorClient, section: Any, msg: Message, context: Contex
 
 def train(msg: Message, context: Context, model: nn.Module, batches: Iterable[Any],
           loss_fn: BatchLoss, *, lr: float = 0.05, local_steps: int = 0, local_epochs: int = 1,
-          num_examples: int | None = None, seed: int = 0) -> Message:
-    """SCAFFOLD's node side (option II controls) on the user's own model and data.
+          num_examples: int | None = None, seed: int = 0, controls: str = "II") -> Message:
+    """SCAFFOLD's node side on the user's own model and data.
 
     Parameters
     ----------
@@ -255,6 +326,10 @@ def train(msg: Message, context: Context, model: nn.Module, batches: Iterable[An
         The reply's weight; counted from ``batches`` when omitted.
     seed : int
         Seed of the node's compressor randomness (with the node's partition id).
+    controls : {"II", "I"}
+        How ``c_i`` is updated (Karimireddy et al., ICML 2020, eq. (4)): option II,
+        ``c_i - c + (x - y)/(K lr)``, costs nothing; option I is the gradient at the server
+        model ``x`` over one more pass of ``batches``.
 
     Returns
     -------
@@ -262,7 +337,8 @@ def train(msg: Message, context: Context, model: nn.Module, batches: Iterable[An
         The reply: ``payload`` (``dy``), ``payload-c`` (``dc``) and ``metrics``.
 
     """
-    return public_round(ScaffoldClient(), section_from(ScaffoldConfig, {}), msg, context, model,
+    section = section_from(ScaffoldConfig, {"controls": controls})
+    return public_round(ScaffoldClient(), section, msg, context, model,
                         batches, loss_fn, lr=lr, local_steps=local_steps,
                         local_epochs=local_epochs, num_examples=num_examples, seed=seed)
 

@@ -11,10 +11,11 @@ Server state: the global model ``x`` and the global control ``c`` (a flat float3
 every model coordinate, zero at the start). Clients keep ``c_i`` (and SCAFCOM's momentum ``v_i``)
 in their ``context.state``.
 
-**SCAFFOLD** (two uplink vectors, option II). A client runs ``K`` steps of
-``y <- y - eta_l (g(y) - c_i + c)`` from ``x``, sets ``c_i+ = c_i - c + (x - y) / (K eta_l)`` and
-sends ``dy = y - x`` and ``dc = c_i+ - c_i``. The server applies
-``x <- x + eta_g mean(dy)`` and ``c <- c + (1/N) sum(dc)``.
+**SCAFFOLD** (two uplink vectors). A client runs ``K`` steps of
+``y <- y - eta_l (g(y) - c_i + c)`` from ``x``, sets ``c_i+ = c_i - c + (x - y) / (K eta_l)``
+(option II, the default) or ``c_i+ = g(x)``, its gradient at ``x`` over one more pass of its data
+(option I, ``scaffold.controls = "I"``), and sends ``dy = y - x`` and ``dc = c_i+ - c_i``. The
+server applies ``x <- x + eta_g mean(dy)`` and ``c <- c + (1/N) sum(dc)`` in both cases.
 
 **Single uplink** (the ICLR'24 reformulation). Since ``dy_i = -K_i eta_l (c + dc_i)``, one vector
 ``delta_i = (x - y_i) / (K_i eta_l) - c`` suffices:
@@ -88,7 +89,11 @@ class _ControlStrategy(VectorUplinkStrategy):
 
 
 class Scaffold(_ControlStrategy):
-    """SCAFFOLD with two dense uplink vectors ``dy`` and ``dc`` (option II controls)."""
+    """SCAFFOLD with two dense uplink vectors ``dy`` and ``dc``.
+
+    The clients update ``c_i`` by option II (default) or option I (``controls="I"``: the
+    gradient at ``x`` over one pass of their data); the server's rule is the same for both.
+    """
 
     prefix = "scaffold"
     method_name = "scaffold"
@@ -115,6 +120,12 @@ class SingleUplink(_ControlStrategy):
     prefix = "scaffold"
     method_name = "scaffold-1up"
     config_sections = {"scaffold": ScaffoldConfig}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if getattr(self.cfg, "controls", "II") != "II":
+            raise ValueError(f"{type(self).__name__}: controls must be 'II' (the one uplink "
+                             "vector stands for dy and dc only under option II controls)")
 
     def on_model(self) -> None:
         """Layout, ``c`` and the control step alpha (which depends on the model size)."""

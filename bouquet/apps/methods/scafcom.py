@@ -14,7 +14,8 @@ _SCAFCOM_PAPER = ("Huang, Li, Li, Stochastic Controlled Averaging for Federated 
 METHODS = [
     Method(
         name="scaffold",
-        description="SCAFFOLD (option II controls): two dense uplink vectors dy and dc",
+        description="SCAFFOLD: two dense uplink vectors dy and dc (option II controls, or "
+        "option I with scaffold.controls=I)",
         strategy=f"{_SCAFFOLD}:build_scaffold",
         client=f"{_SCAFFOLD_CLIENTS}:ScaffoldClient",
         default_task="digits-mlp",

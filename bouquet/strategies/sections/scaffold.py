@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScaffoldConfig:
-    """Keys of SCAFFOLD and single-uplink SCAFFOLD (prefix ``scaffold``)."""
+class ControlConfig:
+    """Keys every controlled-averaging method has: the server's step and ``N``."""
 
     server_lr: float = key(1.0, "global step size eta_g", min=0.0)
     server_step: str = key(
@@ -30,7 +30,17 @@ class ScaffoldConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScallionConfig(UplinkCompression, ScaffoldConfig):
+class ScaffoldConfig(ControlConfig):
+    """Keys of SCAFFOLD and single-uplink SCAFFOLD (prefix ``scaffold``)."""
+
+    controls: str = key(
+        "II", "how a scaffold client updates c_i: II = c_i - c + (x - y)/(K eta_l) (free); I = "
+        "the gradient at the server model x over one pass of the client's batches (one extra "
+        "pass a round); scaffold-1up needs II", choices=("I", "II"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ScallionConfig(UplinkCompression, ControlConfig):
     """Keys of SCALLION (prefix ``scallion``): single uplink + unbiased compression."""
 
     compressor: str = key("randk", "uplink compressor (unbiased ones: randk, qsgd, identity)",
@@ -42,7 +52,7 @@ class ScallionConfig(UplinkCompression, ScaffoldConfig):
 
 
 @dataclasses.dataclass(frozen=True)
-class ScafcomConfig(UplinkCompression, ScaffoldConfig):
+class ScafcomConfig(UplinkCompression, ControlConfig):
     """Keys of SCAFCOM (prefix ``scafcom``): single uplink + biased compression + momentum."""
 
     alpha: float = key(
