@@ -27,7 +27,8 @@ from bouquet.apps.runner import build_strategy
 from bouquet.clients import compressed_fedavg, fed_ef, fedavg, fedcg, scafcom, scaffold, scallion
 from bouquet.strategies.base import BouquetStrategy, NodeReply
 from bouquet.strategies.model import to_record
-from bouquet.tasks.torch_utils import get_arrays
+from bouquet.tasks.torch_utils import get_arrays, set_arrays
+from bouquet.wire.arrays import to_numpy
 
 LOCAL_STEPS = 3
 
@@ -120,7 +121,8 @@ GRADIENT = [
 
 
 @pytest.mark.parametrize(("method", "keys", "call", "memory"), GRADIENT,
-                         ids=[g[0] for g in GRADIENT])
+                         ids=[g[0] + ("-option-i" if g[1].get("scaffold.controls") == "I" else "")
+                              for g in GRADIENT])
 def test_gradient_function_on_user_model_passes_validation(
         method: str, keys: dict[str, Any], call: Call, memory: str | None,
         tmp_path: Path) -> None:
@@ -563,34 +565,52 @@ def test_fedkseed_a_step_that_fails_part_way_forgets_the_moved_replica(tmp_path:
     assert fedkseed.cached_replica() is None
 
 
-def test_scaffold_option_i_control_is_the_gradient_at_the_server_model(tmp_path: Path) -> None:
-    """Option I (Karimireddy et al. 2020, eq. (4)): c_i+ = g_i(x), the client's full local
-    gradient at the server model; the local steps, dy and the caller's final model are as
-    under option II."""
-    strategy = strategy_for("scaffold", tmp_path, user_model(), **{"scaffold.controls": "I"})
-    replies, models = {}, {}
-    for controls in ("I", "II"):
-        models[controls] = user_model()
-        reply = scaffold.train(instruction(strategy, 1), node_context(), models[controls],
-                               user_batches(), user_loss, lr=0.1, local_steps=LOCAL_STEPS,
-                               controls=controls)
-        replies[controls] = strategy.admit_train_reply(1, 0, reply.content).value.vectors
-    # the same gradient computed independently: all 24 examples in one batch, at x
-    x = user_model()
+def full_gradient(weights: dict[str, np.ndarray]) -> np.ndarray:
+    """The gradient of the mean loss over all 24 user examples at ``weights``, in one batch."""
+    model = user_model()
+    set_arrays(model, weights)
     batches = user_batches()
-    user_loss(x, (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches]))
+    user_loss(model, (torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches]))
               ).backward()
-    expected = np.concatenate([p.grad.numpy().ravel() for p in x.parameters()
-                               if p.grad is not None])
-    (dy_i, dc_i), (dy_ii, dc_ii) = replies["I"], replies["II"]
-    assert expected.shape == dc_i.shape
-    np.testing.assert_allclose(dc_i, expected, rtol=1e-5, atol=1e-7)  # c_i was 0: dc = g(x)
-    np.testing.assert_array_equal(dy_i, dy_ii)
-    assert np.abs(dc_i - dc_ii).max() > 1e-3  # option II's control is another vector
-    x_flat = np.concatenate([a.ravel() for a in get_arrays(user_model()).values()])
-    for controls in ("I", "II"):  # the caller's model ends the round at y = x + dy
-        y = np.concatenate([a.ravel() for a in get_arrays(models[controls]).values()])
-        np.testing.assert_allclose(y, x_flat + dy_i, atol=1e-6)
+    return np.concatenate([p.grad.numpy().ravel() for p in model.parameters()
+                           if p.grad is not None])
+
+
+def test_scaffold_option_i_control_is_the_gradient_at_the_server_model(tmp_path: Path) -> None:
+    """Option I (Karimireddy et al. 2020, eq. (4)): ``c_i+ = g_i(x)``, the client's full local
+    gradient at the server model, so ``dc = g_i(x) - c_i``; the local steps, ``dy`` and the
+    caller's final model are as under option II."""
+    # N = 2 nodes (one answers), so that c = c_i / 2 differs from c_i after round 1
+    strategy = strategy_for("scaffold", tmp_path, user_model(), **{"scaffold.controls": "I",
+                                                                   "scaffold.num-clients": 2})
+    # round 1 under option II, on a node of its own: the reference for dy
+    msg = instruction(strategy, 1)
+    other = scaffold.train(msg, node_context(), user_model(), user_batches(), user_loss,
+                           lr=0.1, local_steps=LOCAL_STEPS, controls="II")
+    dy_ii, dc_ii = strategy.admit_train_reply(1, 0, other.content).value.vectors
+    # rounds 1 and 2 under option I on one node (its c_i is g(x_1) after round 1)
+    context, c_i = node_context(), None
+    for rnd in (1, 2):
+        msg = instruction(strategy, rnd)
+        x = to_numpy(msg.content["arrays"])  # type: ignore[arg-type]
+        model = user_model()
+        reply = scaffold.train(msg, context, model, user_batches(), user_loss, lr=0.1,
+                               local_steps=LOCAL_STEPS, controls="I")
+        parsed = strategy.admit_train_reply(rnd, 0, reply.content)
+        dy, dc = parsed.value.vectors
+        g = full_gradient(x)
+        expected = g if c_i is None else g - c_i
+        np.testing.assert_allclose(dc, expected, rtol=1e-5, atol=1e-6)
+        # the caller's model ends the round at y = x + dy
+        y = np.concatenate([a.ravel() for a in get_arrays(model).values()])
+        np.testing.assert_allclose(y, np.concatenate([a.ravel() for a in x.values()]) + dy,
+                                   atol=1e-6)
+        if rnd == 1:
+            np.testing.assert_array_equal(dy, dy_ii)  # the same local steps
+            assert np.abs(dc - dc_ii).max() > 1e-3  # option II's control is another vector
+        strategy.aggregate_round(rnd, [NodeReply(100, 0, reply.content, 1, 1, parsed.value)])
+        c_i = g
+    assert np.abs(dc).max() > 1e-3  # round 2 moved the control
 
 
 def test_single_uplink_scaffold_refuses_option_i_controls(tmp_path: Path) -> None:

@@ -144,14 +144,15 @@ def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
     """The SuperLink restarts during round 2: nodes come back by themselves, the resume works.
 
     With an in-memory SuperLink the SuperNodes are forgotten and exit (code 0); the fleet's
-    SuperLink keeps a database, so they reconnect with the same keys and node ids. The nodes
-    run the recommended setup (a warm node worker each, docs/deploy.md), and every node
-    answers every round of the resumed run: the round timeout (120 s) is long enough for a
-    node still in its reconnect backoff. The SuperLink gets 5 s to exit after SIGTERM before it
-    is killed (stopped mid-run, it waits for its open connections and was seen still waiting
-    after 20 s); the longer it is down, the longer the nodes' backoff grows. With a 20 s grace
-    and a 30 s round timeout, the resumed round 2 missed both replies in some runs and not in
-    others (this test took 97-171 s).
+    SuperLink keeps a database, so they reconnect with the same keys and node ids. Node 0 runs
+    beside a warm node worker (the recommended setup, docs/deploy.md), node 1 runs each
+    message in its own process; every node answers every round of the resumed run: the round
+    timeout (120 s) is long enough for a node still in its reconnect backoff. The SuperLink
+    gets 5 s to exit after SIGTERM and is then killed, so this is mostly a crash: stopped
+    mid-run, it waits for its open connections and was seen still waiting after 20 s, and the
+    longer it is down, the longer the nodes' backoff grows. With a 20 s grace and a 30 s round
+    timeout, the resumed round 2 missed both replies in some runs and not in others (this
+    test took 97-171 s).
     """
     cfg: dict[str, Any] = {"method": "fedavg", "num-server-rounds": 3, "local-steps": 2,
                            "round-timeout": 120.0, "sample-deadline": 120.0,
@@ -159,7 +160,7 @@ def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
                            "results-dir": str(tmp_path), "run-name": "r"}
     run_dir = tmp_path / "r"
     out: dict[str, Any] = {}
-    with LocalFleet(2, workdir=tmp_path / "fleet", worker=True) as fleet:
+    with LocalFleet(2, workdir=tmp_path / "fleet", worker=[0]) as fleet:
         def go() -> None:
             try:
                 out["first"] = fleet.run(cfg, timeout=600)

@@ -138,6 +138,17 @@ def test_control_is_mean_of_client_controls(method: str, over: dict[str, Any],
         np.testing.assert_allclose(strategy.c, cs.mean(axis=0), atol=1e-5)
 
 
+def test_catalogue_clients_follow_the_controls_option(tmp_path: Path) -> None:
+    """bouquet's own ClientApp reads ``scaffold.controls``: option I's c_i are other vectors
+    (their algebra: tests/test_client_plugins.py)."""
+    controls = {}
+    for option in ("I", "II"):
+        grid, strategy = setup("scaffold", tmp_path / option, **{"scaffold.controls": option})
+        strategy.train_round(grid, 1)
+        controls[option] = client_controls(grid, strategy, "scaffold")
+    assert np.abs(controls["I"] - controls["II"]).max() > 1e-3
+
+
 @pytest.mark.parametrize("method", ["scafcom", "scaffold"])
 def test_failed_replies_do_not_corrupt_client_state(method: str, tmp_path: Path) -> None:
     grid, strategy = setup(method, tmp_path)

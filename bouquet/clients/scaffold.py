@@ -60,6 +60,8 @@ def mean_gradient(model: nn.Module, batches: Iterable[Any], loss_fn: BatchLoss,
     total = 0
     for batch in batches:
         size = batch_size(batch)
+        if size < 1:  # an endless stream of empty batches would never end the pass
+            raise ValueError("the gradient at x (option I controls) got an empty batch")
         (loss_fn(model, batch) * size).backward()
         total += size
         if total >= examples:
@@ -70,7 +72,7 @@ def mean_gradient(model: nn.Module, batches: Iterable[Any], loss_fn: BatchLoss,
     for name, value in model.state_dict().items():
         grad = params[name].grad if name in params else None
         out[name] = (np.zeros(tuple(value.shape), dtype=np.float32) if grad is None
-                     else (grad.detach().cpu().double() / total).float().numpy())
+                     else (grad.detach().cpu() / total).numpy().astype(np.float32))
     for p in params.values():
         p.grad = None
     return out
