@@ -482,6 +482,7 @@ def test_scafcom_report_gives_the_unscreened_control_no_verdict(tmp_path: Path) 
 
     summaries = {"scaffold-s0": summary(0.76, 0.72, 2.3e8),
                  "scaffold-unscreened-s0": summary(0.68, 0.10, 2.3e8),
+                 "scaffold-opt1-s0": summary(0.77, 0.75, 2.3e8),
                  "scafcom-topk-s0": summary(0.755, 0.74, 4.0e6)}
     text = suite.report(summaries, tmp_path)
     claims = [c["claim"] for c in json.loads((tmp_path / "verdicts.json").read_text())["checks"]]
@@ -489,6 +490,10 @@ def test_scafcom_report_gives_the_unscreened_control_no_verdict(tmp_path: Path) 
                       "fewer uplink bytes"]
     assert "descriptive, no verdict: SCAFFOLD without the norm screen has best accuracy 0.6800 " \
            "and final 0.1000" in text
+    # option I controls are an arm of their own, never SCAFFOLD's reference
+    assert "SCAFFOLD minus scafcom-topk = +0.5 points" in text
+    assert "SCAFFOLD with option I controls has best accuracy 0.7700 and final 0.7500 " \
+           "(option II 0.7600 and 0.7200)" in text
 
 
 def test_scafcom_fraction_runs_are_named_and_kept_out_of_the_checks(
