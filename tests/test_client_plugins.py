@@ -577,7 +577,7 @@ def full_gradient(weights: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def test_scaffold_option_i_control_is_the_gradient_at_the_server_model(tmp_path: Path) -> None:
-    """Option I (Karimireddy et al. 2020, eq. (4)): ``c_i+ = g_i(x)``, the client's full local
+    """Option I (Karimireddy et al. 2020, Algorithm 1): ``c_i+ = g_i(x)``, the client's full local
     gradient at the server model, so ``dc = g_i(x) - c_i``; the local steps, ``dy`` and the
     caller's final model are as under option II."""
     # N = 2 nodes (one answers), so that c = c_i / 2 differs from c_i after round 1

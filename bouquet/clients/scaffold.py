@@ -202,7 +202,7 @@ class ScaffoldClient(VectorClient):
 
     ``c_i+`` by option II (``scaffold.controls``, default: ``c_i - c + (x - y)/(K eta_l)``)
     or option I (the gradient at ``x`` over one pass of the batches; Karimireddy et al.,
-    ICML 2020, eq. (4)).
+    ICML 2020, Algorithm 1).
     """
 
     prefix = "scaffold"
@@ -329,7 +329,7 @@ def train(msg: Message, context: Context, model: nn.Module, batches: Iterable[An
     seed : int
         Seed of the node's compressor randomness (with the node's partition id).
     controls : {"II", "I"}
-        How ``c_i`` is updated (Karimireddy et al., ICML 2020, eq. (4)): option II,
+        How ``c_i`` is updated (Karimireddy et al., ICML 2020, Algorithm 1): option II,
         ``c_i - c + (x - y)/(K lr)``, costs nothing; option I is the gradient at the server
         model ``x`` over one more pass of ``batches``.
 
