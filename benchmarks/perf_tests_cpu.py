@@ -30,7 +30,7 @@ from typing import Any
 
 ROOT = Path("/sys/fs/cgroup/cpuacct/bouquet-tests")
 OUT = Path(os.environ.get("PERF_TESTS_CPU_OUT", "/tmp/perf-tests-cpu"))
-_open: dict[str, tuple[Path, float]] = {}
+_open: dict[str, tuple[Path, float, float]] = {}
 
 
 def _usage(group: Path) -> float:
@@ -39,23 +39,29 @@ def _usage(group: Path) -> float:
 
 
 def pytest_runtest_setup(item: Any) -> None:
-    """Move this worker into a fresh cgroup: what the test starts is counted there."""
+    """Move this worker into the test's cgroup: what the test starts is counted there.
+
+    A cgroup left by an earlier profile keeps its counter, so the counter at the start is
+    recorded and subtracted.
+    """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    group = ROOT / f"{worker}-{len(_open)}-{abs(hash(item.nodeid))}"
+    group = ROOT / f"{worker}-{abs(hash(item.nodeid))}"
     group.mkdir(parents=True, exist_ok=True)
+    start = _usage(group)
     (group / "cgroup.procs").write_text(str(os.getpid()))
-    _open[item.nodeid] = (group, time.monotonic())
+    _open[item.nodeid] = (group, time.monotonic(), start)
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     """Move the worker back out and write the test's line (after its teardown)."""
     if nodeid not in _open:
         return
-    group, start = _open.pop(nodeid)
+    group, start, cpu_start = _open.pop(nodeid)
     (ROOT / "cgroup.procs").write_text(str(os.getpid()))
     OUT.mkdir(parents=True, exist_ok=True)
-    line = {"test": nodeid, "cpu_s": _usage(group), "wall_s": time.monotonic() - start,
-            "cgroup": str(group), "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+    line = {"test": nodeid, "cpu_s": _usage(group) - cpu_start,
+            "wall_s": time.monotonic() - start, "cgroup": str(group), "cpu_start_s": cpu_start,
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
     with (OUT / f"{os.getpid()}.jsonl").open("a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -66,7 +72,7 @@ def summarize(folder: Path, top: int = 25) -> None:
             if x]
     for row in rows:  # processes that outlived their test (a shared fleet) ran on
         try:
-            row["cpu_s"] = _usage(Path(row["cgroup"]))
+            row["cpu_s"] = _usage(Path(row["cgroup"])) - row["cpu_start_s"]
         except OSError:
             pass
     cpu: collections.Counter[str] = collections.Counter()
