@@ -90,7 +90,8 @@ def runs(quick: bool) -> list[BenchRun]:
     ``SCAFCOM_BENCH_ROUNDS=<n>`` in the environment overrides the number of rounds (the longer
     checks in benchmarks/RESULTS.md use 200 and 600); ``SCAFCOM_BENCH_LR=<lr>`` sets every run's
     learning rate and adds ``-lrLR`` to its name (one lr of the grid, :data:`LR_GRID`);
-    ``SCAFCOM_BENCH_FRACTION=<f>`` sets the clients per round and adds ``-fracF``.
+    ``SCAFCOM_BENCH_FRACTION=<f>`` sets the clients per round and adds ``-fracF``;
+    ``SCAFCOM_BENCH_SEEDS=<s,s,...>`` replaces the seeds (e.g. more seeds of the quick setting).
     """
     base = {**COMMON, **(QUICK if quick else FULL)}
     if int(os.environ.get("SCAFCOM_BENCH_ROUNDS", "0")) > 0:
@@ -107,10 +108,25 @@ def runs(quick: bool) -> list[BenchRun]:
             raise ValueError("SCAFCOM_BENCH_FRACTION must be a fraction of the clients in "
                              f"(0, 1], got {fraction}")
         base["fraction-train"], tag = fraction, f"{tag}-frac{fraction:g}"
-    seeds = [0] if quick else [0, 1, 2]
+    seeds = _seeds(os.environ.get("SCAFCOM_BENCH_SEEDS", ""), quick)
     return [BenchRun(name=f"{name}{tag}-s{seed}", config={**base, **cfg, "seed": seed},
                      clients=CLIENTS)
             for name, cfg in VARIANTS.items() for seed in seeds]
+
+
+def _seeds(spec: str, quick: bool) -> list[int]:
+    """The run seeds: ``spec`` (comma-separated non-negative integers) if given, else one seed
+    (quick) or three (full)."""
+    if not spec.strip():
+        return [0] if quick else [0, 1, 2]
+    try:
+        seeds = sorted({int(part) for part in spec.split(",")})
+    except ValueError:
+        raise ValueError("SCAFCOM_BENCH_SEEDS must be comma-separated seeds such as 0,1,2, "
+                         f"got {spec!r}") from None
+    if seeds[0] < 0:
+        raise ValueError(f"SCAFCOM_BENCH_SEEDS must be non-negative, got {spec!r}")
+    return seeds
 
 
 GridCells = dict[str, dict[float, dict[int, tuple[float, float, int]]]]

@@ -518,6 +518,20 @@ def test_scafcom_fraction_runs_are_named_and_kept_out_of_the_checks(
     assert json.loads((tmp_path / "verdicts.json").read_text())["checks"] == []
 
 
+def test_scafcom_seeds_can_be_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SCAFCOM_BENCH_SEEDS`` replaces the seeds of either setting; bad lists are refused."""
+    suite = load_suite("scafcom")
+    assert {r.config["seed"] for r in suite.runs(True)} == {0}
+    monkeypatch.setenv("SCAFCOM_BENCH_SEEDS", "3,1, 2")
+    runs = {r.name: r for r in suite.runs(True)}
+    assert runs["scaffold-opt1-s3"].config["seed"] == 3
+    assert {r.config["seed"] for r in runs.values()} == {1, 2, 3}
+    for bad in ("a", "-1", "1,,2"):
+        monkeypatch.setenv("SCAFCOM_BENCH_SEEDS", bad)
+        with pytest.raises(ValueError, match="SCAFCOM_BENCH_SEEDS"):
+            suite.runs(True)
+
+
 def test_scafcom_lr_grid_names_its_runs_and_keeps_them_out_of_the_checks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``SCAFCOM_BENCH_LR`` runs are named by lr and left out of the shared-lr checks and byte
