@@ -22,7 +22,8 @@ does), each in a fresh Python process, in these persistence modes:
 
 Modes are interleaved over ``--repeats`` and the median of each is printed. Per run it measures
 the wall time of the whole run (``execute``, the interpreter start and imports excluded) and the
-time spent inside the persistence calls: the nodes' ``restore``/``persist``, the server's
+time spent inside the persistence calls: the nodes' ``node_store`` (finding the folder; counted
+since 2026-12-06, session 20), ``restore`` and ``persist``, the server's
 checkpoint (``save_checkpoint``) and its per-round file-system sync. ``share`` is that time over
 the run's wall time; ``vs off`` is the wall time over the ``off`` run of the same tree.
 """
@@ -83,6 +84,8 @@ def measure_one(method: str, mode: str, rounds: int, out: Path) -> dict[str, flo
     spent = {"node": 0.0, "server": 0.0}
     client_app.persist = _timed(client_app.persist, spent, "node")  # type: ignore[assignment]
     client_app.restore = _timed(client_app.restore, spent, "node")  # type: ignore[assignment]
+    # finding the node's folder is persistence work too (counted since session 20)
+    client_app.node_store = _timed(client_app.node_store, spent, "node")  # type: ignore
     # the checkpoint includes the round's file-system sync (before session 15 the recorder
     # called it itself; a --before tree may still)
     recorder.save_checkpoint = _timed(recorder.save_checkpoint, spent, "server")  # type: ignore

@@ -123,17 +123,17 @@ def test_a_checkpoint_writer_killed_between_its_two_files_leaves_the_previous_on
     import bouquet.strategies.checkpoint as ckpt
 
     save_checkpoint(tmp_path, 1, {"w": np.zeros(3)})
-    real = ckpt.atomic_write
+    real = ckpt.staged_write
 
-    def killed_at_the_meta(path: Path, data: bytes, **kw: Any) -> None:
+    def killed_at_the_meta(path: Path, data: bytes, **kw: Any) -> Path:
         if path.name == ckpt.META_FILE:
             raise KeyboardInterrupt("killed")
-        real(path, data, **kw)
+        return real(path, data, **kw)
 
-    monkeypatch.setattr(ckpt, "atomic_write", killed_at_the_meta)
+    monkeypatch.setattr(ckpt, "staged_write", killed_at_the_meta)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path, 2, {"w": np.ones(3)})
-    monkeypatch.setattr(ckpt, "atomic_write", real)
+    monkeypatch.setattr(ckpt, "staged_write", real)
     rnd, back, _ = load_checkpoint(tmp_path)
     assert rnd == 1 and np.array_equal(back["w"], np.zeros(3))
     save_checkpoint(tmp_path, 2, {"w": np.ones(3)})  # the next save removes the stray state

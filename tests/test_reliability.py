@@ -726,15 +726,16 @@ def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
                                                              ) -> None:
     """Simulated nodes write into the page cache; round r's checkpoint waits for their disk.
 
-    One file-system sync a round makes their versions and the checkpoint's state file durable
-    together, before ``meta.json`` (which makes the checkpoint current) is written; where that
-    sync is reliable (Linux ``syncfs``) the state file gets no ``fsync`` of its own (issue 17,
-    target 5).
+    One file-system sync a round makes their versions, the checkpoint's state file and the new
+    ``meta.json`` (under its temporary name) durable together, before that ``meta.json`` is
+    renamed into place and makes the checkpoint current; where that sync is reliable (Linux
+    ``syncfs``) neither file gets an ``fsync`` of its own (issue 17, target 5).
     """
     import bouquet.strategies.checkpoint as checkpoint
 
     events: list[str] = []
     sync, write = checkpoint.sync_filesystem, checkpoint.atomic_write
+    stage, publish = checkpoint.staged_write, checkpoint.publish
 
     def logged_sync(folder: Path) -> None:
         events.append(f"sync {folder.name}")
@@ -744,23 +745,37 @@ def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
         events.append(f"write {path.name.split('-')[0]} fsync={fsync}")
         write(path, data, fsync=fsync)
 
+    def logged_stage(path: Path, data: bytes, *, fsync: bool) -> Path:
+        if path.name == "meta.json":  # (atomic_write stages every other file too)
+            events.append(f"stage {path.name} fsync={fsync}")
+        return stage(path, data, fsync=fsync)
+
+    def logged_publish(tmp: Path, path: Path) -> None:
+        if path.name == "meta.json":
+            events.append(f"publish {path.name}")
+        publish(tmp, path)
+
     monkeypatch.setattr(checkpoint, "sync_filesystem", logged_sync)
     monkeypatch.setattr(checkpoint, "atomic_write", logged_write)
+    monkeypatch.setattr(checkpoint, "staged_write", logged_stage)
+    monkeypatch.setattr(checkpoint, "publish", logged_publish)
     name = "dp-fedlinucb-ldp" if "dp-fedlinucb-ldp" in methods() else "scafcom"
     run(config(name, tmp_path, **{"num-server-rounds": 2, "run-name": "x",
                                   "fraction-train": 1.0}), nodes=2)
     own_fsync = not checkpoint.syncs_reliably()
-    assert events == [f"write state fsync={own_fsync}", "sync client-state",
-                      "write meta.json fsync=True"] * 2
+    assert events == [f"write state fsync={own_fsync}", f"stage meta.json fsync={own_fsync}",
+                      "sync client-state", "publish meta.json"] * 2
 
 
 def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The state file skips its ``fsync`` only where one reliable sync covers it.
+    """The state file and ``meta.json`` skip their ``fsync`` only where one reliable sync
+    covers them.
 
-    Without a folder to make durable first, with an unreliable sync (``sync`` off Linux), or
-    when the file replaces the one ``meta.json`` names (an unchanged state), it keeps its own
-    ``fsync``; a node-state folder on another file system gets a sync of its own.
+    Without a folder to make durable first, or with an unreliable sync (``sync`` off Linux),
+    both keep their own ``fsync``, and so does a state file that replaces the one ``meta.json``
+    names (an unchanged state); a node-state folder on another file system gets a sync of its
+    own.
     """
     import bouquet.strategies.checkpoint as checkpoint
 
@@ -790,12 +805,36 @@ def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
 
     # temporary names: ".state-<h>.npz.<random>" -> "state", ".meta.json.<random>" -> "meta"
     assert save(1, 1.0) == ([], ["state", "meta"])  # no node state: fsync both
-    assert save(2, 2.0) == (["nodes"], ["meta"])  # one sync covers nodes and the state file
-    assert save(3, 2.0) == (["nodes"], ["state", "meta"])  # replaces the file meta.json names
+    assert save(2, 2.0) == (["nodes"], [])  # one sync covers nodes, state file and meta.json
+    assert save(3, 2.0) == (["nodes"], ["state"])  # replaces the file meta.json names
     monkeypatch.setattr(checkpoint, "same_file_system", lambda a, b: False)
-    assert save(4, 4.0) == (["nodes", "ck"], ["meta"])  # each file system synced
+    assert save(4, 4.0) == (["nodes", "ck"], [])  # each file system synced
     monkeypatch.setattr(checkpoint, "syncs_reliably", lambda: False)
     assert save(5, 5.0) == (["nodes", "ck"], ["state", "meta"])  # plain sync: keep the fsync
+
+
+def test_the_state_file_a_not_yet_durable_meta_json_replaced_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one sync a round, ``meta.json``'s rename reaches the disk only at the next sync.
+
+    A power cut before it may bring back the previous ``meta.json``: the state file that one
+    names must still be there. It is kept until the next round's sync (which makes the newer
+    rename durable), and older state files go (issue 17, target 5).
+    """
+    import bouquet.strategies.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "syncs_reliably", lambda: True)
+    folder, nodes = tmp_path / "ck", tmp_path / "nodes"
+    nodes.mkdir()
+    metas: list[bytes] = []
+    for rnd in range(1, 5):
+        save_checkpoint(folder, rnd, {"w": np.full(3, float(rnd))}, durable_first=nodes)
+        metas.append((folder / "meta.json").read_bytes())
+    named = [json.loads(m)["state_file"] for m in metas]
+    assert sorted(p.name for p in folder.glob("state*.npz")) == sorted(named[-2:])
+    (folder / "meta.json").write_bytes(metas[-2])  # the rename of round 4 lost: round 3 back
+    rnd, state, _ = load_checkpoint(folder)
+    assert rnd == 3 and np.array_equal(state["w"], np.full(3, 3.0))
 
 
 def test_a_checkpoint_removes_the_temporary_files_of_a_killed_writer(tmp_path: Path) -> None:

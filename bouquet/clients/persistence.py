@@ -125,8 +125,12 @@ class Version:
 
 def encode_state(state: RecordDict) -> bytes:
     """``state`` without the marker, as deterministic protobuf bytes."""
-    content = RecordDict({k: v for k, v in state.items() if k != MARKER})
-    return bytes(recorddict_to_proto(content).SerializeToString(deterministic=True))
+    proto = recorddict_to_proto(state)  # the marker's item is dropped from the proto: cheaper
+    for index, item in enumerate(proto.items):  # than a copy of the RecordDict without it
+        if item.key == MARKER:
+            del proto.items[index]
+            break
+    return bytes(proto.SerializeToString(deterministic=True))
 
 
 def decode_state(blob: bytes) -> RecordDict:
@@ -217,18 +221,20 @@ class NodeStore:
                 f"Repair or restore the file, or delete {path} to accept losing that state."
             ) from exc
 
-    def save(self, rnd: int, blob: bytes, fsync: bool | None = None) -> Version:
+    def save(self, rnd: int, blob: bytes, fsync: bool | None = None,
+             digest: str | None = None) -> Version:
         """Write a new version for round ``rnd``; keep the newest :data:`KEEP_VERSIONS`.
 
         ``fsync`` overrides the store's switch for this one version (True: flushed to the disk
         whatever the store says, as a version that other versions' deletion relies on must be).
+        ``digest`` is ``blob``'s SHA-256 in hex where the caller has it already.
         """
         fsync = self.fsync if fsync is None else fsync
         done, debris = self._scan()
         seq = max((v.seq for v in done), default=-1) + 1
         version = Version(rnd, seq, self.run_id)
         header = {"round": rnd, "partition-id": self.partition_id, "run-id": self.run_id,
-                  "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+                  "size": len(blob), "sha256": digest or _digest(blob)}
         data = MAGIC + json.dumps(header).encode() + b"\n" + blob
         # Past KEEP_VERSIONS the oldest would go: reuse its file, but only on the hot path (this
         # run writing a round newer than every kept one), never while adopting or rewriting a
@@ -420,7 +426,7 @@ def persist(context: Context, store: NodeStore, rnd: int) -> bool:
     if not context.state.keys() - {MARKER} and not store.complete():
         context.state[MARKER] = _marker(digest, restored)
         return False  # nothing to keep yet
-    store.save(rnd, blob)
+    store.save(rnd, blob, digest=digest)
     context.state[MARKER] = _marker(digest, restored)
     return True
 

@@ -6,15 +6,16 @@ Layout of a checkpoint folder::
                   the start of its SHA-256, so a new state never overwrites the one in use
     meta.json     the JSON skeleton (arrays replaced by references), the round, the state
                   file's name and SHA-256; written last, and the previous state file is
-                  removed only after it, so a writer killed at any point leaves the previous
-                  checkpoint or the new one whole (checkpoints of earlier releases name no
-                  state file and are read from ``state.npz``)
+                  removed only after it (with one sync a round, only after the next round's
+                  sync: :func:`save_checkpoint`), so a writer killed at any point leaves the
+                  previous checkpoint or the new one whole (checkpoints of earlier releases
+                  name no state file and are read from ``state.npz``)
 
 Loading verifies the checksum and every reference: a corrupt or truncated file raises
 :class:`CheckpointError` naming the file; nothing is ever half-loaded.
 
-The write helpers (:func:`atomic_write`, :func:`atomic_rewrite`, :func:`fsync_folder`,
-:func:`sync_filesystem`) are the
+The write helpers (:func:`atomic_write`, :func:`atomic_rewrite`, :func:`staged_write`,
+:func:`publish`, :func:`fsync_folder`, :func:`sync_filesystem`) are the
 one place where bouquet decides what reaches the disk when; the results writer and the nodes'
 saved state (:mod:`bouquet.clients.persistence`) use them too. docs/reliability.md states the
 guarantee each writer gives.
@@ -89,9 +90,21 @@ def atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
     flushed to the disk before the rename, so that a power cut never leaves ``path`` holding a
     half-written file; :func:`fsync_folder` on the parent then makes the rename itself durable.
     """
+    publish(staged_write(path, data, fsync=fsync), path)
+
+
+def staged_write(path: Path, data: bytes, *, fsync: bool) -> Path:
+    """The first half of :func:`atomic_write`: ``data`` in a new temporary file beside ``path``.
+
+    Returns the temporary file (``.<name>.<random>``); :func:`publish` renames it into place.
+    A writer that makes the data durable some other way before the rename (one file-system sync
+    for many files, :func:`save_checkpoint`) passes ``fsync=False``. On a failure the temporary
+    file is removed and the error re-raised.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    _fill_and_rename(lambda: os.fdopen(fd, "wb"), Path(tmp), path, data, fsync=fsync)
+    _fill(lambda: os.fdopen(fd, "wb"), Path(tmp), data, fsync=fsync)
+    return Path(tmp)
 
 
 def atomic_rewrite(spare: Path, path: Path, data: bytes, *, fsync: bool = True) -> None:
@@ -104,12 +117,22 @@ def atomic_rewrite(spare: Path, path: Path, data: bytes, *, fsync: bool = True) 
     """
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
     os.replace(spare, tmp)
-    _fill_and_rename(lambda: open(tmp, "r+b"), tmp, path, data, fsync=fsync)
+    _fill(lambda: open(tmp, "r+b"), tmp, data, fsync=fsync)
+    publish(tmp, path)
 
 
-def _fill_and_rename(open_tmp: Callable[[], BinaryIO], tmp: Path, path: Path, data: bytes, *,
-                     fsync: bool) -> None:
-    """Fill the temporary file ``tmp`` (opened by ``open_tmp``) with ``data``; rename it to ``path``.
+def publish(tmp: Path, path: Path) -> None:
+    """Rename the filled temporary file ``tmp`` over ``path``; remove ``tmp`` if that fails."""
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _fill(open_tmp: Callable[[], BinaryIO], tmp: Path, data: bytes, *, fsync: bool) -> None:
+    """Fill the temporary file ``tmp`` (opened by ``open_tmp``) with ``data``.
 
     The file is cut after ``data`` (a recycled file may be longer), closed, flushed to the disk
     first with ``fsync``; on any failure the temporary file is removed and the error re-raised.
@@ -121,7 +144,6 @@ def _fill_and_rename(open_tmp: Callable[[], BinaryIO], tmp: Path, path: Path, da
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -200,14 +222,20 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
                     durable_first: Path | None = None) -> None:
     """Write ``state`` (after round ``round_``) into ``folder``.
 
-    The state file is flushed to the disk before ``meta.json`` names it. ``durable_first`` is a
-    folder whose files were written without ``fsync`` and that this checkpoint relies on (the
-    simulated nodes' saved state): its file system, and the checkpoint's if it is another one,
-    is synced (:func:`sync_filesystem`) after the state file is written and before
-    ``meta.json`` is. Where that sync is reliable (:func:`syncs_reliably`) it also flushes the
-    state file, which then gets no ``fsync`` of its own: one sync a round instead of a sync and
-    an ``fsync``. The state file keeps its ``fsync`` elsewhere, and whenever a file of its
-    name already exists (an unchanged state replaces the very file ``meta.json`` names).
+    The state file is on the disk before ``meta.json`` names it, and ``meta.json``'s new content
+    before it replaces the old one. ``durable_first`` is a folder whose files were written
+    without ``fsync`` and that this checkpoint relies on (the simulated nodes' saved state).
+    Where it is given and :func:`sync_filesystem` is reliable (:func:`syncs_reliably`), one
+    sync of its file system (and of the checkpoint's, if it is another one) flushes those
+    files, the new state file and the new ``meta.json`` (still under its temporary name)
+    together, and neither file gets an ``fsync`` of its own: one sync a round instead of a sync
+    and two ``fsync`` calls. The same sync makes the *previous* round's ``meta.json`` rename
+    durable, so state files older than the one it names are deleted then, and the one it names
+    only at the next round's sync: until then, a power cut may bring back either ``meta.json``,
+    and both of the state files they name are kept. Otherwise each file has its own ``fsync``
+    and the previous state file is deleted once the new ``meta.json`` is in place; the state
+    file keeps its ``fsync`` whenever a file of its name already exists (an unchanged state
+    replaces the very file ``meta.json`` names).
     """
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(dict(state), "", arrays)
@@ -219,23 +247,42 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     state_name = f"state-{digest[:16]}.npz"
     meta = {"round": round_, "sha256": digest, "state_file": state_name, "state": skeleton,
             "extra": dict(extra or {})}
+    one_sync = durable_first is not None and syncs_reliably()
+    keep = {state_name}
+    if one_sync:  # the meta.json this round replaces is made durable by this round's sync
+        keep.add(_named_state(folder / META_FILE))
     # beside the state the current meta.json names; an unchanged state has the same name as
     # that one, and replacing the file meta.json names is safe only with the new one on the disk
     # first (its own fsync)
-    sync_covers_it = (durable_first is not None and syncs_reliably()
-                      and not (folder / state_name).exists())
-    atomic_write(folder / state_name, blob, fsync=not sync_covers_it)
+    atomic_write(folder / state_name, blob,
+                 fsync=not (one_sync and not (folder / state_name).exists()))
+    meta_tmp = staged_write(folder / META_FILE, json.dumps(meta).encode(), fsync=not one_sync)
     if durable_first is not None:
-        sync_filesystem(durable_first)
-        if not same_file_system(durable_first, folder):
-            sync_filesystem(folder)
-    atomic_write(folder / META_FILE, json.dumps(meta).encode())
-    for old in folder.glob("state*.npz"):  # only now is the previous state unreferenced
-        if old.name != state_name and _STATE_NAME.fullmatch(old.name):
+        try:
+            sync_filesystem(durable_first)
+            if not same_file_system(durable_first, folder):
+                sync_filesystem(folder)
+        except BaseException:
+            meta_tmp.unlink(missing_ok=True)
+            raise
+    publish(meta_tmp, folder / META_FILE)
+    for old in folder.glob("state*.npz"):  # only now are they unreferenced
+        if old.name not in keep and _STATE_NAME.fullmatch(old.name):
             old.unlink(missing_ok=True)
     for debris in folder.glob(".*"):  # temporary files of a writer killed before its rename
         if _UNFINISHED.fullmatch(debris.name):
             debris.unlink(missing_ok=True)
+
+
+def _named_state(meta_path: Path) -> str:
+    """The state file a checkpoint's ``meta.json`` names.
+
+    "" when there is no ``meta.json`` or it is unreadable: no state file to keep for it then.
+    """
+    try:
+        return str(json.loads(meta_path.read_bytes()).get("state_file", STATE_FILE))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def load_checkpoint(folder: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
