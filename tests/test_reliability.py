@@ -765,6 +765,8 @@ def test_the_server_syncs_node_state_before_each_checkpoint(tmp_path: Path,
     own_fsync = not checkpoint.syncs_reliably()
     assert events == [f"write state fsync={own_fsync}", f"stage meta.json fsync={own_fsync}",
                       "sync client-state", "publish meta.json"] * 2
+    # the run's end settles the last checkpoint: one state file, the one meta.json names
+    assert len(list((tmp_path / "x" / "checkpoint").glob("state*.npz"))) == 1
 
 
 def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
@@ -786,7 +788,8 @@ def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
     real_fsync = os.fsync
 
     def logged_fsync(fd: int) -> None:
-        flushed.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name.split(".")[1])
+        target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        flushed.append("folder" if target.is_dir() else target.name.split(".")[1])
         real_fsync(fd)
 
     if not Path("/proc/self/fd").is_dir():
@@ -804,13 +807,14 @@ def test_one_sync_flushes_node_state_and_the_checkpoint_state_file(
         return list(synced), [f.split("-")[0] for f in flushed]
 
     # temporary names: ".state-<h>.npz.<random>" -> "state", ".meta.json.<random>" -> "meta"
-    assert save(1, 1.0) == ([], ["state", "meta"])  # no node state: fsync both
+    # without one sync, the folder too: the rename on the disk before the old state goes
+    assert save(1, 1.0) == ([], ["state", "meta", "folder"])  # no node state: fsync both
     assert save(2, 2.0) == (["nodes"], [])  # one sync covers nodes, state file and meta.json
     assert save(3, 2.0) == (["nodes"], ["state"])  # replaces the file meta.json names
     monkeypatch.setattr(checkpoint, "same_file_system", lambda a, b: False)
     assert save(4, 4.0) == (["nodes", "ck"], [])  # each file system synced
     monkeypatch.setattr(checkpoint, "syncs_reliably", lambda: False)
-    assert save(5, 5.0) == (["nodes", "ck"], ["state", "meta"])  # plain sync: keep the fsync
+    assert save(5, 5.0) == (["nodes", "ck"], ["state", "meta", "folder"])  # plain sync
 
 
 def test_the_state_file_a_not_yet_durable_meta_json_replaced_is_kept(
@@ -835,6 +839,32 @@ def test_the_state_file_a_not_yet_durable_meta_json_replaced_is_kept(
     (folder / "meta.json").write_bytes(metas[-2])  # the rename of round 4 lost: round 3 back
     rnd, state, _ = load_checkpoint(folder)
     assert rnd == 3 and np.array_equal(state["w"], np.full(3, 3.0))
+    (folder / "meta.json").write_bytes(metas[-1])
+    checkpoint.settle_checkpoint(folder)  # the end of the run: only what meta.json names
+    assert [p.name for p in folder.glob("state*.npz")] == named[-1:]
+    assert load_checkpoint(folder)[0] == 4
+
+
+def test_a_state_file_of_an_earlier_release_is_kept_as_the_previous_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed checkpoint of an earlier release (``state.npz``, no name in ``meta.json``)
+    is the previous checkpoint of the first new round: it stays until the next round's sync."""
+    import bouquet.strategies.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "syncs_reliably", lambda: True)
+    folder, nodes = tmp_path / "ck", tmp_path / "nodes"
+    nodes.mkdir()
+    save_checkpoint(folder, 1, {"w": np.ones(2)})
+    (state_file,) = folder.glob("state-*.npz")
+    state_file.rename(folder / "state.npz")
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["state_file"]
+    old_meta = json.dumps(meta).encode()
+    (folder / "meta.json").write_bytes(old_meta)
+    save_checkpoint(folder, 2, {"w": np.zeros(2)}, durable_first=nodes)
+    assert (folder / "state.npz").exists()
+    (folder / "meta.json").write_bytes(old_meta)  # round 2's rename lost
+    assert load_checkpoint(folder)[0] == 1
 
 
 def test_a_checkpoint_removes_the_temporary_files_of_a_killed_writer(tmp_path: Path) -> None:
@@ -873,6 +903,7 @@ def test_a_failed_file_system_sync_raises(tmp_path: Path,
         checkpoint.save_checkpoint(tmp_path / "ck", 1, {"w": np.ones(2)},
                                    durable_first=tmp_path)
     assert not (tmp_path / "ck" / "meta.json").exists()  # the checkpoint did not advance
+    assert not list((tmp_path / "ck").glob(".meta.json.*"))  # nor left its temporary file
     monkeypatch.setattr(ctypes, "get_errno", lambda: errno.ENOSYS)
     checkpoint.sync_filesystem(tmp_path)  # no syncfs in this kernel: falls back to sync
     assert plain_syncs == [1]

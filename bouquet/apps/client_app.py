@@ -17,7 +17,6 @@ A node whose config names ``worker-socket`` runs its messages on a warm worker p
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -144,24 +143,16 @@ def node_store(context: Context, cfg: RunConfig, env: ClientEnv) -> NodeStore | 
     if setting is not None:
         if str(setting).strip().lower() in STATE_OFF:
             return None
-        root = _absolute(str(setting)) / key
+        root = Path(str(setting)).expanduser().resolve() / key
     elif cfg.common.resume_from:
-        root = _absolute(cfg.common.resume_from) / CLIENT_STATE_DIR
+        root = Path(cfg.common.resume_from).expanduser().resolve() / CLIENT_STATE_DIR
     else:
-        base = _absolute(cfg.common.results_dir) if cfg.common.results_dir \
+        base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
             else default_results_dir()
         root = base / key / CLIENT_STATE_DIR
     return NodeStore(root / f"partition-{env.partition_id}", env.partition_id, context.run_id,
                      resumed=bool(cfg.common.resume_from),
                      fsync=state_fsync(context.node_config))
-
-
-def _absolute(path: str) -> Path:
-    """``path`` with ``~`` expanded, made absolute.
-
-    No file-system call (unlike :meth:`Path.resolve`): this runs for every message.
-    """
-    return Path(os.path.abspath(os.path.expanduser(path)))
 
 
 def with_node_memory(msg: Message, context: Context, cfg: RunConfig, env: ClientEnv,

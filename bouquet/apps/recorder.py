@@ -20,7 +20,7 @@ from typing import Any
 
 from bouquet.apps.results import CLIENT_STATE_DIR, ResultsWriter
 from bouquet.strategies.base import BouquetStrategy
-from bouquet.strategies.checkpoint import save_checkpoint
+from bouquet.strategies.checkpoint import save_checkpoint, settle_checkpoint
 from bouquet.strategies.round_log import RoundLog
 from bouquet.strategies.rounds import RoundReport
 
@@ -120,7 +120,11 @@ class RunRecorder:
 
     def finish(self, strategy: BouquetStrategy,
                extras: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
-        """Write ``summary.json`` (with the strategy's extras, or ``extras``); return its path."""
+        """Write ``summary.json`` (with the strategy's extras, or ``extras``); return its path.
+
+        The last checkpoint is settled first (:func:`settle_checkpoint`).
+        """
+        settle_checkpoint(self.run_dir / CHECKPOINT_DIR)
         return self.writer.finish(self.headline,
                                   strategy.summary_extras() if extras is None else extras,
                                   self.target_accuracy)

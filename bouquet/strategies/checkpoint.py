@@ -231,11 +231,12 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     together, and neither file gets an ``fsync`` of its own: one sync a round instead of a sync
     and two ``fsync`` calls. The same sync makes the *previous* round's ``meta.json`` rename
     durable, so state files older than the one it names are deleted then, and the one it names
-    only at the next round's sync: until then, a power cut may bring back either ``meta.json``,
-    and both of the state files they name are kept. Otherwise each file has its own ``fsync``
-    and the previous state file is deleted once the new ``meta.json`` is in place; the state
-    file keeps its ``fsync`` whenever a file of its name already exists (an unchanged state
-    replaces the very file ``meta.json`` names).
+    only at the next round's sync (or by :func:`settle_checkpoint` at the end of the run):
+    until then, a power cut may bring back either ``meta.json``, and both of the state files
+    they name are kept. Otherwise each file has its own ``fsync``, and the previous state file
+    is deleted once the new ``meta.json``'s rename is on the disk (:func:`fsync_folder`); the
+    state file keeps its ``fsync`` whenever a file of its name already exists (an unchanged
+    state replaces the very file ``meta.json`` names).
     """
     arrays: dict[str, np.ndarray] = {}
     skeleton = _split(dict(state), "", arrays)
@@ -266,7 +267,28 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
             meta_tmp.unlink(missing_ok=True)
             raise
     publish(meta_tmp, folder / META_FILE)
-    for old in folder.glob("state*.npz"):  # only now are they unreferenced
+    if not one_sync:  # the rename on the disk before any state file it replaced is deleted
+        fsync_folder(folder)
+    _remove_unreferenced(folder, keep)
+
+
+def settle_checkpoint(folder: Path) -> None:
+    """Finish a run's last checkpoint: its ``meta.json`` rename goes to the disk.
+
+    Then the state file kept for the previous ``meta.json`` (:func:`save_checkpoint` with one
+    sync a round) is deleted.
+
+    Does nothing where ``folder`` holds no readable checkpoint.
+    """
+    named = _named_state(folder / META_FILE)
+    if named:
+        fsync_folder(folder)
+        _remove_unreferenced(folder, {named})
+
+
+def _remove_unreferenced(folder: Path, keep: set[str]) -> None:
+    """Delete the state files not in ``keep`` and the debris of writers killed mid-write."""
+    for old in folder.glob("state*.npz"):
         if old.name not in keep and _STATE_NAME.fullmatch(old.name):
             old.unlink(missing_ok=True)
     for debris in folder.glob(".*"):  # temporary files of a writer killed before its rename
