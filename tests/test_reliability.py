@@ -930,6 +930,23 @@ def test_the_oldest_version_is_recycled_for_the_next(tmp_path: Path) -> None:
         assert int(store.load(v)["m.counter"]["n"]) == v.round  # type: ignore[arg-type]
 
 
+def test_a_node_saving_twice_a_round_keeps_three_rounds(tmp_path: Path) -> None:
+    """Two versions a round (a node whose state changes in training and in evaluation): the
+    folder keeps each of the three newest rounds' newest version, so that a server resuming
+    from an earlier round still finds the node's state of that round."""
+    store = NodeStore(tmp_path / "p0", 0, 7, False, fsync=False)
+    ctx = _context()
+    restore(ctx, store, 1)
+    for rnd in range(1, 5):
+        for step in (0, 1):  # training, then evaluation, each changing the state
+            _set(ctx, 10 * rnd + step)
+            persist(ctx, store, rnd)
+    assert [v.round for v in store.complete()] == [2, 3, 4, 4]
+    back = _context(run_id=8)
+    assert restore(back, NodeStore(tmp_path / "p0", 0, 8, True, fsync=False), 3) == 2
+    assert _read(back) == 21  # round 2's newest version (a count of three would keep none)
+
+
 def test_a_version_of_another_run_is_never_recycled(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Adopting an older attempt's version (a resume) must not rename the oldest file away

@@ -51,8 +51,10 @@ Which version is restored (a node with no ``bouquet.persistence`` marker in ``co
   under-reports the privacy it spent under that name (it may over-report, if the earlier run
   was unrelated; delete its folder to start from zero).
 
-Versions are saved under the round of the message (``server-round``) and the three newest are
-kept, enough for a server that resumes from its last checkpoint.
+Versions are saved under the round of the message (``server-round``). A folder keeps the three
+newest versions and the newest version of each of the three newest rounds
+(:func:`retained`): enough for a server that resumes from its last checkpoint, also where a
+node saves more than one version a round.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ CALIBRATION_SUFFIX = ".calibration"
 NOISE_SECRET_SUFFIX = ".noise-secret"
 #: ``context.state`` record that marks a context as already restored (never persisted itself).
 MARKER = "bouquet.persistence"
-#: How many versions a partition's folder keeps.
+#: How many versions, and how many rounds' newest versions, a partition's folder keeps.
 KEEP_VERSIONS = 3
 #: File name suffix of a version.
 SUFFIX = ".state"
@@ -223,7 +225,7 @@ class NodeStore:
 
     def save(self, rnd: int, blob: bytes, fsync: bool | None = None,
              digest: str | None = None) -> Version:
-        """Write a new version for round ``rnd``; keep the newest :data:`KEEP_VERSIONS`.
+        """Write a new version for round ``rnd``; keep what :func:`retained` keeps.
 
         ``fsync`` overrides the store's switch for this one version (True: flushed to the disk
         whatever the store says, as a version that other versions' deletion relies on must be).
@@ -236,11 +238,12 @@ class NodeStore:
         header = {"round": rnd, "partition-id": self.partition_id, "run-id": self.run_id,
                   "size": len(blob), "sha256": digest or _digest(blob)}
         data = MAGIC + json.dumps(header).encode() + b"\n" + blob
-        # Past KEEP_VERSIONS the oldest would go: reuse its file, but only on the hot path (this
-        # run writing a round newer than every kept one), never while adopting or rewriting a
-        # version that may itself be the oldest (renamed away before the new one is complete).
-        if (len(done) >= KEEP_VERSIONS and not done[0].legacy and done[0].run_id == self.run_id
-                and all(rnd > v.round for v in done)):
+        # Once the new version makes the oldest one surplus, reuse its file, but only on the hot
+        # path (this run writing a round newer than every kept one), never while adopting or
+        # rewriting a version that may itself be the oldest (renamed away before the new one
+        # is complete).
+        if (done and done[0] not in retained([*done, version]) and not done[0].legacy
+                and done[0].run_id == self.run_id and all(rnd > v.round for v in done)):
             atomic_rewrite(self.path(done[0]), self.path(version), data, fsync=fsync)
             done = done[1:]
         else:
@@ -253,8 +256,8 @@ class NodeStore:
     def prune(self, keep: frozenset[Version] = frozenset(), only_this_run: bool = False) -> None:
         """Delete unfinished and surplus versions (and, optionally, other runs' versions).
 
-        Keeps the newest :data:`KEEP_VERSIONS` complete versions and anything in ``keep``; with
-        ``only_this_run`` every version written by another Flower run goes too.
+        Keeps what :func:`retained` keeps of the complete versions and anything in ``keep``;
+        with ``only_this_run`` every version written by another Flower run goes too.
         """
         done, debris = self._scan()
         self._prune(done, debris, keep, only_this_run)
@@ -262,13 +265,29 @@ class NodeStore:
     def _prune(self, done: list[Version], debris: list[Path], keep: frozenset[Version],
                only_this_run: bool = False) -> None:
         doomed = {v for v in done if v.run_id != self.run_id} if only_this_run else set()
-        alive = sorted(v for v in done if v not in doomed)
-        doomed.update(alive[:-KEEP_VERSIONS])
+        alive = [v for v in done if v not in doomed]
+        kept = retained(alive)
+        doomed.update(v for v in alive if v not in kept)
         for path in [*debris, *(self.path(v) for v in doomed - set(keep))]:
             if path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def retained(versions: list[Version]) -> set[Version]:
+    """The versions a folder keeps.
+
+    The newest :data:`KEEP_VERSIONS`, and the newest version of each of the
+    :data:`KEEP_VERSIONS` newest rounds. A server resumes from its last checkpoint, which may
+    be a round or two behind the newest version of a node; the node then needs its newest
+    version of an earlier round. Counting versions alone would keep too few rounds for a node
+    that saves several versions a round.
+    """
+    ordered = sorted(versions)
+    newest_of_round = {v.round: v for v in ordered}  # the last of each round wins
+    rounds = sorted(newest_of_round)[-KEEP_VERSIONS:]
+    return set(ordered[-KEEP_VERSIONS:]) | {newest_of_round[r] for r in rounds}
 
 
 def read_version_file(path: Path) -> tuple[int, int, bytes]:
