@@ -127,8 +127,9 @@ class Version:
 
 def encode_state(state: RecordDict) -> bytes:
     """``state`` without the marker, as deterministic protobuf bytes."""
-    proto = recorddict_to_proto(state)  # the marker's item is dropped from the proto: cheaper
-    for index, item in enumerate(proto.items):  # than a copy of the RecordDict without it
+    # drop the marker's item from the proto (cheaper than copying the RecordDict without it)
+    proto = recorddict_to_proto(state)
+    for index, item in enumerate(proto.items):
         if item.key == MARKER:
             del proto.items[index]
             break

@@ -255,8 +255,8 @@ def save_checkpoint(folder: Path, round_: int, state: Mapping[str, Any],
     # beside the state the current meta.json names; an unchanged state has the same name as
     # that one, and replacing the file meta.json names is safe only with the new one on the disk
     # first (its own fsync)
-    atomic_write(folder / state_name, blob,
-                 fsync=not (one_sync and not (folder / state_name).exists()))
+    replaces_named = (folder / state_name).exists()
+    atomic_write(folder / state_name, blob, fsync=replaces_named or not one_sync)
     meta_tmp = staged_write(folder / META_FILE, json.dumps(meta).encode(), fsync=not one_sync)
     if durable_first is not None:
         try:
