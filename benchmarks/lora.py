@@ -52,6 +52,10 @@ and eps 10, seeds 0 to 3 (RESULTS.md names the seeds each epsilon was run on). R
 same with 2 rounds x 10 local steps (the one-client probe's 20 private steps per client),
 non-private, eps 3 and eps 10, seeds 0 to 3 (``SMOLLM["variants"]``; RESULTS.md names the
 seeds run); its runs are named ``<method>-r8-smollm10-...`` and judged apart from the first.
+A third label, ``tune10`` (:data:`SMOLLM_TUNING`), tunes each method's lr for ``smollm10``,
+non-private, on one grid shared by all three (0.005, 0.01, 0.02, 0.05), choosing on held-out rows
+400-1199 (validation) and reporting on the 400 result rows (:func:`tuning_report`); its runs are
+named ``<method>-r8-tune10-nodp-lr<lr>-s<seed>`` and kept out of every other check.
 The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
 model's zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed
 suite).
@@ -138,6 +142,17 @@ SMOLLM: dict[str, Any] = {
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
+#: ``tune10``: each method's lr tuned on one shared grid for the ``smollm10`` schedule,
+#: non-private (issue 14 item 2). Every method runs every lr of ``lrs`` on ``grid-seeds`` with
+#: the same budget; its lr is the one whose final model scores the best mean accuracy over those
+#: seeds on the ``validation`` rows of the task's held-out split (rows after the 400 the results
+#: are read on, so the choice does not see them; ties go to the smaller lr), and its result is
+#: that lr's final accuracy on the 400 rows, over every seed run at it (``seeds`` lists those a
+#: run may use: the grid's, then confirmation seeds at the chosen lr).
+SMOLLM_TUNING: dict[str, Any] = {
+    "label": "tune10", "variant": "smollm10", "lrs": (0.005, 0.01, 0.02, 0.05),
+    "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
+}
 
 
 def runs(quick: bool) -> list[BenchRun]:
@@ -177,16 +192,21 @@ def runs(quick: bool) -> list[BenchRun]:
     return out
 
 
+def _smollm_base(method: str, label: str, lr: float) -> dict[str, Any]:
+    """The config of ``method``'s non-private rt-smollm run of schedule ``label`` at ``lr``."""
+    return {**SMOLLM["schedule"], "local-steps": SMOLLM["variants"][label]["local-steps"],
+            "method": method, "lora.rank": SMOLLM["rank"], "lr": lr,
+            "dp.max-grad-norm": SMOLLM["clip"][method]}
+
+
 def smollm_runs() -> list[BenchRun]:
     """rt-smollm: each method at rank 8, its preset lr and clip, non-private and private, per
-    schedule of ``SMOLLM["variants"]``."""
+    schedule of ``SMOLLM["variants"]``; then the lr grid of :data:`SMOLLM_TUNING`."""
     out: list[BenchRun] = []
     rank = SMOLLM["rank"]
     for label, variant in SMOLLM["variants"].items():
         for method, lr in SMOLLM["lr"].items():
-            base = {**SMOLLM["schedule"], "local-steps": variant["local-steps"],
-                    "method": method, "lora.rank": rank, "lr": lr,
-                    "dp.max-grad-norm": SMOLLM["clip"][method]}
+            base = _smollm_base(method, label, lr)
             arm = f"{method}-r{rank}-{label}"
             levels = [("nodp", base)] + [(f"eps{eps:g}", {**base, "dp.enabled": True,
                                                          "dp.target-epsilon": eps})
@@ -195,6 +215,14 @@ def smollm_runs() -> list[BenchRun]:
                 for seed in variant["seeds"]:
                     out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
                                         clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
+    tune = SMOLLM_TUNING
+    for method in SMOLLM["lr"]:
+        arm = f"{method}-r{rank}-{tune['label']}-nodp"
+        for lr in tune["lrs"]:
+            for seed in tune["seeds"]:
+                out.append(BenchRun(f"{arm}-lr{lr:g}-s{seed}",
+                                    {**_smollm_base(method, tune["variant"], lr), "seed": seed},
+                                    clients=CLIENTS, group=f"{arm}-lr{lr:g}"))
     return out
 
 
@@ -397,16 +425,18 @@ def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
     way its server held it (the strategy's state on the task's pretrained weights, merged
     ``W0 + s delta``: the arrays its central evaluation scored) and evaluated by the task's
     ``row_metrics`` on the same 400 rows (``held``: the fedkseed suite's ``held_out()``, made
-    here when None). The rows are cached in ``RUN/rows.npz`` (the fedkseed suite's cache) under
-    a digest of the run's config, its last evaluated round and the rows, so a folder without
-    its checkpoint (the committed runs) still reads them. None when the run has neither, or no
-    evaluated round.
+    here when None), or on another range of the split (``held_out((start, stop))``: the
+    validation rows of :func:`validation_rows`). The rows are cached in ``RUN/rows.npz`` (a
+    range: ``RUN/rows_400-1200.npz``; the fedkseed suite's cache) under a digest of the run's
+    config, its last evaluated round and the rows, so a folder without its checkpoint (the
+    committed runs) still reads them. None when the run has neither, or no evaluated round.
 
     Raises
     ------
     RebuildError
-        If the checkpoint is of another round than the run's last evaluation, or the rebuilt
-        model's accuracy differs from the run's own final accuracy (nothing is cached then).
+        If the checkpoint is of another round than the run's last evaluation, or, on the run's
+        own rows, the rebuilt model's accuracy differs from the run's own final accuracy
+        (nothing is cached then).
 
     """
     fk = _fedkseed_suite()
@@ -417,12 +447,13 @@ def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
     last = scored[-1]
     config_text = (folder / "config.yaml").read_text()
     held = _smollm_held_out() if held is None else held
+    suffix = getattr(held, "suffix", "")  # "" for the runs' own rows
     key = fk.rows_key("lora-final", str(last["round"]).encode(), config_text.encode(),
                       held.fingerprint())
-    path = folder / fk.ROWS_FILE
+    path = folder / f"rows{suffix}.npz"
     if not (folder / "checkpoint" / "meta.json").is_file():
         rows: Rows | None = fk.read_cached_rows(path, key)
-        if rows is not None:
+        if rows is not None and not suffix:
             _check_rebuild(run, rows, last)
         return rows
 
@@ -431,10 +462,138 @@ def final_rows(out_dir: Path, run: str, held: Any = None) -> Rows | None:
         if rnd != last["round"]:
             raise RebuildError(f"{run}: the checkpoint is of round {rnd}, the last evaluation "
                                f"of round {last['round']}")
-        _check_rebuild(run, got, last)
+        if not suffix:
+            _check_rebuild(run, got, last)
         return got
 
     return fk.cached_rows(path, key, compute)  # type: ignore[no-any-return]
+
+
+def validation_rows(out_dir: Path, run: str, validation: Any, held: Any = None) -> Rows | None:
+    """``run``'s final model on the ``validation`` rows (:func:`final_rows` on a range of the
+    split), once the same rebuilt model has scored the run's own accuracy on its own rows
+    (``held``, the runs' 400 rows, made when None). None when either is unavailable.
+
+    Raises
+    ------
+    RebuildError
+        If the rebuilt model is not the run's (:func:`final_rows`).
+
+    """
+    if final_rows(out_dir, run, held) is None:
+        return None
+    return final_rows(out_dir, run, validation)
+
+
+@functools.cache
+def _smollm_validation() -> Any:
+    """The validation rows of :data:`SMOLLM_TUNING` (a range of rt-smollm's split), loaded once."""
+    return _fedkseed_suite().held_out(tuple(SMOLLM_TUNING["validation"]))
+
+
+def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
+                  validation: Any = None) -> tuple[list[str], list[Check]]:
+    """The ``tune10`` grid (:data:`SMOLLM_TUNING`): each method's lr chosen on validation rows,
+    then the non-private comparison at the chosen lrs.
+
+    A method gets a chosen lr only when every lr of the grid has a final model scored on the
+    validation rows for every grid seed (a partial grid would favour the arms run further).
+    "FFA-LoRA (Fed-SB) matches or beats FedIT" is judged on the 400 result rows at the chosen
+    lrs, over the seeds both were run at there: unpaired by the suite's rule (two binomial
+    standard errors), and paired per row (the per-row correctness averaged over those seeds,
+    two paired standard errors). ``held`` and ``validation``: the rows (made on first need when
+    None). Returns the markdown lines and the checks; nothing when no tuning run is in ``acc``.
+    """
+    tune = SMOLLM_TUNING
+    _, per_seed = seeds_by_lr(acc)
+    arms = {m: f"{m}-r{SMOLLM['rank']}-{tune['label']}-nodp" for m in SMOLLM["lr"]}
+    if not any(a in per_seed for a in arms.values()):
+        return [], []
+    problems: list[str] = []
+
+    def rows_of(run: str, on_validation: bool) -> Rows | None:
+        nonlocal held, validation
+        if (out_dir / run / "config.yaml").is_file():  # loads the task only when needed
+            held = _smollm_held_out() if held is None else held
+            validation = _smollm_validation() if validation is None else validation
+        if held is None:
+            return None
+        try:
+            return (validation_rows(out_dir, run, validation, held) if on_validation
+                    else final_rows(out_dir, run, held))
+        except RebuildError as exc:
+            problems.append(str(exc))
+            return None
+
+    val: dict[str, dict[float, float]] = {}
+    chosen: dict[str, float] = {}
+    for m, arm in arms.items():
+        for lr in tune["lrs"]:
+            scores = []
+            for seed in tune["grid-seeds"]:
+                got = rows_of(f"{arm}-lr{lr:g}-s{seed}", True)
+                if got is None:
+                    break
+                scores.append(float(got[1].mean()))
+            else:
+                val.setdefault(m, {})[lr] = _mean(scores)
+        if len(val.get(m, {})) == len(tune["lrs"]):
+            chosen[m] = max(sorted(val[m]), key=lambda x: val[m][x])
+    start, stop = tune["validation"]
+    lines = [f"Each method's lr on the shared grid, chosen on held-out rows {start}-{stop - 1} "
+             f"(validation; seeds {', '.join(map(str, tune['grid-seeds']))}), its result read "
+             f"on the {SMOLLM_EVAL_ROWS} result rows (cells: validation / result accuracy of "
+             "the grid seeds; the chosen lr's result over every seed run at it):", "",
+             "| method | " + " | ".join(f"lr {lr:g}" for lr in tune["lrs"])
+             + " | chosen lr | result at the chosen lr (seeds) |",
+             "|---|" + "---|" * (len(tune["lrs"]) + 2)]
+    for m, arm in arms.items():
+        cells = []
+        for lr in tune["lrs"]:
+            grid = [per_seed.get(arm, {}).get(lr, {}).get(s) for s in tune["grid-seeds"]]
+            result = "—" if None in grid else f"{_mean([float(g) for g in grid if g is not None]):.4f}"
+            v = val.get(m, {}).get(lr)
+            cells.append(f"{'—' if v is None else f'{v:.4f}'} / {result}")
+        if m in chosen:
+            runs_at = per_seed[arm][chosen[m]]
+            tail = (f"{chosen[m]:g} | {_mean(list(runs_at.values())):.4f} "
+                    f"({', '.join(map(str, sorted(runs_at)))})")
+        else:
+            tail = "— (grid incomplete) | —"
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {tail} |")
+    lines += [*(f"- rebuild failed: {p}" for p in problems), ""]
+
+    checks: list[Check] = []
+    setting_ = f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
+    for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
+        claim = f"{m} matches or beats FedIT ({setting_}, non-private)"
+        if "fedit" not in chosen or m not in chosen:
+            checks.append(Check(claim, NOT_MEASURED, "no chosen lr (grid incomplete)"))
+            continue
+        theirs_at, fedit_at = per_seed[arms[m]][chosen[m]], per_seed[arms["fedit"]][chosen["fedit"]]
+        seeds = sorted(theirs_at.keys() & fedit_at.keys())
+        v, fedit = _mean([theirs_at[s] for s in seeds]), _mean([fedit_at[s] for s in seeds])
+        said = _verdict(v - fedit, v >= fedit, seeds=len(seeds), rows=SMOLLM_EVAL_ROWS)
+        kind = INCONCLUSIVE if said.startswith(INCONCLUSIVE) else said
+        measured = (f"{m} {v:.4f} (lr {chosen[m]:g}) vs FedIT {fedit:.4f} (lr "
+                    f"{chosen['fedit']:g}), seeds {', '.join(map(str, seeds))}")
+        checks.append(Check(claim, kind, measured + (said[len(INCONCLUSIVE):]
+                                                     if kind == INCONCLUSIVE else "")))
+        pairs = [(rows_of(f"{arms[m]}-lr{chosen[m]:g}-s{s}", False),
+                  rows_of(f"{arms['fedit']}-lr{chosen['fedit']:g}-s{s}", False)) for s in seeds]
+        usable = [(a[1].astype(float), b[1].astype(float)) for a, b in pairs
+                  if a is not None and b is not None]
+        paired_claim = claim[:-1] + "; paired per row)"
+        if not usable:
+            checks.append(Check(paired_claim, NOT_MEASURED, "no per-row results"))
+            continue
+        theirs = sum(a for a, _ in usable) / len(usable)
+        fedit_rows = sum(b for _, b in usable) / len(usable)
+        check = improvement_check(paired_claim, paired_change(list(fedit_rows), list(theirs)),
+                                  lower_is_better=False, name=f"{short} minus FedIT, per row:")
+        checks.append(Check(paired_claim, check.verdict,
+                            f"{len(usable)} seed(s); {check.measured}"))
+    return lines, checks
 
 
 def _check_rebuild(run: str, rows: Rows, last: Mapping[str, Any]) -> None:
@@ -560,6 +719,9 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                      f"{'—' if init_per is None else f'{init_per:,.0f}'} | "
                      f"{'—' if eps is None else f'{eps:.3g}'} |")
     lines.append("")
+    tag = f"-{SMOLLM_TUNING['label']}-"
+    tune_acc = {run: a for run, a in acc.items() if tag in run}
+    acc = {run: a for run, a in acc.items() if tag not in run}  # chosen on validation rows
     best, chosen, grid = tuned(acc)
     _, per_seed = seeds_by_lr(acc)
     lrs = sorted({lr for by_lr in grid.values() for lr in by_lr})
@@ -605,6 +767,10 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     for label in SMOLLM["variants"]:
         if label in private_smollm:
             verdicts += paired_degradation_checks(out_dir, acc, label=label)
+    tune_lines, tune_checks = tuning_report(out_dir, tune_acc)
+    if tune_lines:
+        lines += [f"### Tuning on validation rows ({SMOLLM_TUNING['label']})", "", *tune_lines]
+    verdicts += tune_checks
     write_checks(out_dir, "lora", verdicts)
     return "\n".join(["### Per run", "", *lines, "### Checks against the papers", "",
                       *(c.markdown() for c in verdicts)])

@@ -135,6 +135,9 @@ def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
     for name, r in runs.items():
         arm, lr, seed = suite.parse_run(name)
         label = suite.smollm_label(arm)
+        if label is None:  # the lr grid: test_lora_rt_smollm_lr_grid_...
+            assert "-tune10-nodp" in arm
+            continue
         variant = suite.SMOLLM["variants"][label]
         budgets.setdefault(label, set()).add(tuple(sorted((k, r.config[k]) for k in budget)))
         assert r.config["local-steps"] == variant["local-steps"]
@@ -299,6 +302,122 @@ def test_lora_paired_check_pairs_the_runs_rows_and_refuses_a_model_that_is_not_t
     again = {c.claim: c for c in suite.paired_degradation_checks(tmp_path, acc, _FixtureRows())}
     assert "seeds 0;" in again["FFA-LoRA degrades less than FedIT under DP (eps3, rt-smollm, "
                                "r=8; paired per row)"].measured
+
+
+def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every method runs every lr of one grid on the same seeds, and each run is the
+    ``smollm10`` schedule's non-private run but for its lr."""
+    monkeypatch.setenv("LORA_BENCH_TASK", "rt-smollm")
+    suite = load_suite("lora")
+    runs = {r.name: r for r in suite.runs(True)}
+    tune = suite.SMOLLM_TUNING
+    grid: dict[str, set[tuple[float, int]]] = {}
+    for name, r in runs.items():
+        arm, lr, seed = suite.parse_run(name)
+        if "-tune10-" not in arm:
+            continue
+        grid.setdefault(r.config["method"], set()).add((lr, seed))
+        reference = runs[f"{r.config['method']}-r8-smollm10-nodp-lr"
+                         f"{suite.SMOLLM['lr'][r.config['method']]:g}-s{seed}"]
+        assert _without(r.config, "lr") == _without(reference.config, "lr")
+        assert r.config["lr"] == lr
+    every = {(lr, s) for lr in tune["lrs"] for s in tune["seeds"]}
+    assert grid == {m: every for m in suite.SMOLLM["lr"]}
+    assert set(tune["grid-seeds"]) <= set(tune["seeds"])
+    start, stop = tune["validation"]
+    assert start >= suite.SMOLLM_EVAL_ROWS  # the choice never sees the result rows
+
+
+class _Rows:
+    """Stands in for a range of held-out rows: its digest and cache-file suffix."""
+
+    def __init__(self, name: bytes, suffix: str = "") -> None:
+        self.name, self.suffix = name, suffix
+
+    def fingerprint(self) -> bytes:
+        return self.name
+
+
+def _tuning_run(folder: Path, own: Any, validation: Any) -> float:
+    """A finished tune10 run folder whose rows are cached on both ranges; its final accuracy."""
+    import json
+
+    import numpy as np
+
+    fedkseed = load_suite("fedkseed")
+    folder.mkdir()
+    config = f"run-name: {folder.name}\n"
+    (folder / "config.yaml").write_text(config)
+    (folder / "metrics.jsonl").write_text(json.dumps({"round": 2, "accuracy": float(own.mean())})
+                                          + "\n")
+    for rows, correct in ((_OWN, own), (_VALIDATION, validation)):
+        key = fedkseed.rows_key("lora-final", b"2", config.encode(), rows.fingerprint())
+        fedkseed.cached_rows(folder / f"rows{rows.suffix}.npz", key,
+                             lambda c=correct: (np.zeros(len(c)), c))
+    return float(own.mean())
+
+
+_OWN, _VALIDATION = _Rows(b"result rows"), _Rows(b"validation rows", "_400-1200")
+
+
+def test_lora_tuning_chooses_each_lr_on_validation_rows_and_compares_there(
+        tmp_path: Path) -> None:
+    """The chosen lr is the best on the validation rows, not on the result rows; the
+    comparison reads the result rows at the chosen lrs, unpaired and paired per row."""
+    import numpy as np
+
+    suite = load_suite("lora")
+    n = 400
+    lrs = suite.SMOLLM_TUNING["lrs"]
+    acc: dict[str, float] = {}
+    for method in suite.SMOLLM["lr"]:
+        for i, lr in enumerate(lrs):
+            # validation: best at the second lr for every method; result rows: best at the last
+            val = np.arange(n) >= (20 if i == 1 else 60)
+            own = np.arange(n) >= (100 - 10 * i)
+            if method == "ffa-lora" and i == 1:
+                own = np.arange(n) >= 50  # FFA-LoRA at its chosen lr: 40 rows above FedIT
+            run = f"{method}-r8-tune10-nodp-lr{lr:g}-s0"
+            acc[run] = _tuning_run(tmp_path / run, own, val)
+    lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    by_claim = {c.claim: c for c in checks}
+    table = "\n".join(lines)
+    assert "| fedit | " in table and f"| {lrs[1]:g} | 0.7750 (0) |" in table
+    setting = "rt-smollm, r=8, 2x10 steps, each at its lr chosen on validation rows"
+    ffa = by_claim[f"ffa-lora matches or beats FedIT ({setting}, non-private)"]
+    assert f"(lr {lrs[1]:g})" in ffa.measured and ffa.verdict == "holds", ffa  # +0.10
+    paired = by_claim[f"ffa-lora matches or beats FedIT ({setting}, non-private; paired per "
+                      "row)"]
+    assert paired.verdict == "holds" and "+0.1000" in paired.measured, paired
+    fed_sb = by_claim[f"fed-sb matches or beats FedIT ({setting}, non-private; paired per row)"]
+    assert fed_sb.verdict == "inconclusive"  # the same rows right: no difference
+    # a grid with one lr missing chooses nothing for that method
+    missing = f"fed-sb-r8-tune10-nodp-lr{lrs[-1]:g}-s0"
+    acc.pop(missing)
+    import shutil
+
+    shutil.rmtree(tmp_path / missing)
+    _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    assert {c.claim: c.verdict for c in checks}[
+        f"fed-sb matches or beats FedIT ({setting}, non-private)"] == "not measured"
+
+
+def test_lora_tuning_refuses_validation_rows_of_a_model_that_is_not_the_runs(
+        tmp_path: Path) -> None:
+    """Validation rows are read only after the rebuilt model scored the run's own accuracy."""
+    import json
+
+    import numpy as np
+
+    suite = load_suite("lora")
+    run = "fedit-r8-tune10-nodp-lr0.01-s0"
+    _tuning_run(tmp_path / run, np.arange(400) >= 40, np.arange(800) >= 8)
+    assert suite.validation_rows(tmp_path, run, _VALIDATION, _OWN)[1].mean() == 0.99
+    # the run's own accuracy no longer matches its cached rows
+    (tmp_path / run / "metrics.jsonl").write_text(json.dumps({"round": 2, "accuracy": 0.5}))
+    with pytest.raises(suite.RebuildError, match="scores 0.9000"):
+        suite.validation_rows(tmp_path, run, _VALIDATION, _OWN)
 
 
 def test_bandits_suite_runs_the_non_private_arm_clipped_like_the_private_ones() -> None:
