@@ -738,7 +738,8 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
                          else f"{_mean(seeds):.3f} ± {_spread(seeds):.3f}")
         tuning.append(f"| {arm} | {chosen[arm]:g} | {best[arm]:.3f} | " + " | ".join(cells)
                       + " |")
-    lines += ["", "### Tuning", "", *tuning, ""]
+    if grid:  # only the tune10 grid ran: its own section below
+        lines += ["", "### Tuning", "", *tuning, ""]
     verdicts: list[Check] = []  # the same verdicts, machine-readable (verdicts.json)
 
     def record(claim: str, said: str, measured: str) -> None:
