@@ -531,7 +531,8 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
         for lr in tune["lrs"]:
             scores = []
             for seed in tune["grid-seeds"]:
-                got = rows_of(f"{arm}-lr{lr:g}-s{seed}", True)
+                run = f"{arm}-lr{lr:g}-s{seed}"
+                got = rows_of(run, True) if run in acc else None  # a run of this report only
                 if got is None:
                     break
                 scores.append(float(got[1].mean()))

@@ -392,6 +392,11 @@ def test_lora_tuning_chooses_each_lr_on_validation_rows_and_compares_there(
     assert paired.verdict == "holds" and "+0.1000" in paired.measured, paired
     fed_sb = by_claim[f"fed-sb matches or beats FedIT ({setting}, non-private; paired per row)"]
     assert fed_sb.verdict == "inconclusive"  # the same rows right: no difference
+    # a report of some runs only (``--only``) chooses from those, even with the others' folders
+    some = {run: a for run, a in acc.items() if not run.startswith("fedit-") or "lr0.05" in run}
+    _, checks = suite.tuning_report(tmp_path, some, _OWN, _VALIDATION)
+    assert {c.claim: c.verdict for c in checks}[
+        f"ffa-lora matches or beats FedIT ({setting}, non-private)"] == "not measured"
     # a grid with one lr missing chooses nothing for that method
     missing = f"fed-sb-r8-tune10-nodp-lr{lrs[-1]:g}-s0"
     acc.pop(missing)
