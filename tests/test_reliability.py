@@ -703,6 +703,45 @@ def test_a_flipped_byte_is_refused_and_debris_of_a_dead_write_is_deleted(tmp_pat
         restore(_context(), store, 4)  # ...but the only one left is corrupt: refused
 
 
+def test_a_node_finds_its_folder_from_the_marker_after_its_first_message(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolving the state folder is done once per node and run, not once per message."""
+    from types import SimpleNamespace
+
+    from bouquet.apps.client_app import node_store
+
+    cfg = resolve({"method": "fedavg", "results-dir": str(tmp_path), "run-name": "r"})
+    env: Any = SimpleNamespace(partition_id=0)  # node_store reads only the partition
+    ctx = _context()
+    first = node_store(ctx, cfg, env)
+    assert first is not None
+    restore(ctx, first, 1)
+    _set(ctx, 1)
+    persist(ctx, first, 1)
+    calls = []
+    real = Path.resolve
+    monkeypatch.setattr(Path, "resolve", lambda self, *a, **k: calls.append(self) or real(self))
+    again = node_store(ctx, cfg, env)
+    assert again is not None and again.folder == first.folder and calls == []
+    assert node_store(_context(), cfg, env).folder == first.folder and calls  # a new node
+    calls.clear()
+    next_run = Context(8, 1, {"partition-id": 0, "num-partitions": 1}, ctx.state, {})
+    node_store(next_run, cfg, env)  # Flower carried the state into another run of a series
+    assert calls
+    # the marker never reaches the saved bytes, and keeps one record updated in place
+    marker = ctx.state[MARKER]
+    _set(ctx, 2)
+    persist(ctx, again, 2)
+    assert ctx.state[MARKER] is marker and _read(_restored(again, 3)) == 2
+    assert b"partition-0" not in again.path(again.complete()[-1]).read_bytes()
+
+
+def _restored(store: NodeStore, rnd: int) -> Context:
+    ctx = _context()
+    restore(ctx, store, rnd)
+    return ctx
+
+
 def test_a_version_folder_of_an_earlier_release_is_still_restored(tmp_path: Path) -> None:
     """Before single-file versions, a version was a checkpoint folder (state.npz + meta.json)."""
     from bouquet.clients.persistence import encode_state

@@ -32,7 +32,7 @@ from bouquet.apps.results import CLIENT_STATE_DIR, default_results_dir, default_
 from bouquet.clients.base import ClientEnv, ClientProcedure, message_config
 from bouquet.clients.discovery import answer_hello, is_hello
 from bouquet.clients.node_folder import STATE_DIR_KEY, STATE_OFF, partition_cache_folder
-from bouquet.clients.persistence import NodeStore, persist, restore
+from bouquet.clients.persistence import NodeStore, marked_folder, persist, restore
 from bouquet.tasks.protocols import ModelTask, PackagedTask, Task, require_kind
 from bouquet.wire.actions import ACTION_KEY, INIT_ACTION
 from bouquet.wire.arrays import to_record
@@ -137,20 +137,27 @@ def run_key(cfg: RunConfig, context: Context) -> str:
 
 
 def node_store(context: Context, cfg: RunConfig, env: ClientEnv) -> NodeStore | None:
-    """The node's state folder for this run (None when ``state-dir=off``)."""
-    key = run_key(cfg, context)
+    """The node's state folder for this run (None when ``state-dir=off``).
+
+    Resolved on the node's first message; later ones read it from the persistence marker in
+    ``context.state`` (:func:`~bouquet.clients.persistence.marked_folder`).
+    """
     setting = context.node_config.get(STATE_DIR_KEY)
-    if setting is not None:
-        if str(setting).strip().lower() in STATE_OFF:
-            return None
-        root = Path(str(setting)).expanduser().resolve() / key
-    elif cfg.common.resume_from:
-        root = Path(cfg.common.resume_from).expanduser().resolve() / CLIENT_STATE_DIR
-    else:
-        base = Path(cfg.common.results_dir).expanduser().resolve() if cfg.common.results_dir \
-            else default_results_dir()
-        root = base / key / CLIENT_STATE_DIR
-    return NodeStore(root / f"partition-{env.partition_id}", env.partition_id, context.run_id,
+    if setting is not None and str(setting).strip().lower() in STATE_OFF:
+        return None
+    folder = marked_folder(context)
+    if folder is None:
+        key = run_key(cfg, context)
+        if setting is not None:
+            root = Path(str(setting)).expanduser().resolve() / key
+        elif cfg.common.resume_from:
+            root = Path(cfg.common.resume_from).expanduser().resolve() / CLIENT_STATE_DIR
+        else:
+            base = Path(cfg.common.results_dir).expanduser().resolve() \
+                if cfg.common.results_dir else default_results_dir()
+            root = base / key / CLIENT_STATE_DIR
+        folder = root / f"partition-{env.partition_id}"
+    return NodeStore(folder, env.partition_id, context.run_id,
                      resumed=bool(cfg.common.resume_from),
                      fsync=state_fsync(context.node_config))
 

@@ -55,6 +55,10 @@ Versions are saved under the round of the message (``server-round``). A folder k
 newest versions and the newest version of each of the three newest rounds
 (:func:`retained`): enough for a server that resumes from its last checkpoint, also where a
 node saves more than one version a round.
+
+The marker (:data:`MARKER`, in ``context.state``, never saved) also names the node's folder as
+resolved at its first message in the run (:func:`marked_folder`), so that later messages do not
+resolve it again.
 """
 
 from __future__ import annotations
@@ -380,8 +384,34 @@ def carry_calibrations(store: NodeStore, done: list[Version], restored: RecordDi
     return out
 
 
-def _marker(digest: str, restored: int) -> ConfigRecord:
-    return ConfigRecord({"digest": digest, "restored-round": restored})
+def _mark(state: RecordDict, digest: str, restored: int, run_id: int, folder: Path) -> None:
+    """Set the marker's fields, updating an existing marker record in place.
+
+    Flower checks the type of every value set in a record, so a new record per message costs
+    more than changing the one field that changes (the digest).
+    """
+    rec = state.get(MARKER) if MARKER in state else None
+    if not isinstance(rec, ConfigRecord):
+        rec = ConfigRecord()
+        state[MARKER] = rec
+    fields: dict[str, str | int] = {"digest": digest, "restored-round": restored,
+                                    "run-id": run_id, "folder": str(folder)}
+    for key, value in fields.items():
+        if rec.get(key) != value:
+            rec[key] = value
+
+
+def marked_folder(context: Context) -> Path | None:
+    """The node's folder as the marker names it for this run (resolved once), if it does.
+
+    None without a marker, or with one of another Flower run (Flower may carry
+    ``context.state`` from one run of a series to the next).
+    """
+    rec = context.state.get(MARKER) if MARKER in context.state else None
+    if not isinstance(rec, ConfigRecord) or rec.get("run-id") != context.run_id:
+        return None
+    folder = rec.get("folder")
+    return Path(folder) if isinstance(folder, str) else None
 
 
 def restore(context: Context, store: NodeStore, rnd: int) -> int | None:
@@ -430,7 +460,8 @@ def restore(context: Context, store: NodeStore, rnd: int) -> int | None:
             store.save(chosen.round if chosen is not None else max(rnd - 1, 0), blob,
                        fsync=True)
         store.prune(only_this_run=True)
-    context.state[MARKER] = _marker(_digest(blob), chosen.round if chosen else -1)
+    _mark(context.state, _digest(blob), chosen.round if chosen else -1, context.run_id,
+          store.folder)
     return chosen.round if chosen else None
 
 
@@ -444,10 +475,10 @@ def persist(context: Context, store: NodeStore, rnd: int) -> bool:
     restored = marker.get("restored-round", -1) if isinstance(marker, ConfigRecord) else -1
     restored = restored if isinstance(restored, int) else -1
     if not context.state.keys() - {MARKER} and not store.complete():
-        context.state[MARKER] = _marker(digest, restored)
+        _mark(context.state, digest, restored, context.run_id, store.folder)
         return False  # nothing to keep yet
     store.save(rnd, blob, digest=digest)
-    context.state[MARKER] = _marker(digest, restored)
+    _mark(context.state, digest, restored, context.run_id, store.folder)
     return True
 
 
