@@ -408,6 +408,43 @@ def test_lora_tuning_chooses_each_lr_on_validation_rows_and_compares_there(
         f"fed-sb matches or beats FedIT ({setting}, non-private)"] == "not measured"
 
 
+def test_lora_tuning_judges_on_confirmation_seeds_and_names_a_failed_rebuild(
+        tmp_path: Path) -> None:
+    """With seeds beyond the grid's at the chosen lrs, the comparison reads those (the grid
+    seed's model won the choice); a confirmation run whose rebuilt model is not its own makes
+    the paired check "not measured" and is named in the report."""
+    import json
+
+    import numpy as np
+
+    suite = load_suite("lora")
+    n, lrs = 400, suite.SMOLLM_TUNING["lrs"]
+    acc: dict[str, float] = {}
+    for method in ("fedit", "ffa-lora", "fed-sb"):
+        for i, lr in enumerate(lrs):  # every method chooses the first lr
+            run = f"{method}-r8-tune10-nodp-lr{lr:g}-s0"
+            val = np.arange(800) >= (8 if i == 0 else 80)
+            # on the grid seed FFA-LoRA is far ahead of FedIT...
+            own = np.arange(n) >= (0 if method == "ffa-lora" else 80)
+            acc[run] = _tuning_run(tmp_path / run, own, val)
+        for seed in (1, 2):  # ...on the confirmation seeds it ties
+            run = f"{method}-r8-tune10-nodp-lr{lrs[0]:g}-s{seed}"
+            acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40, np.arange(800) >= 8)
+    lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    by_claim = {c.claim: c for c in checks}
+    setting = "rt-smollm, r=8, 2x10 steps, each at its lr chosen on validation rows"
+    ffa = by_claim[f"ffa-lora matches or beats FedIT ({setting}, non-private)"]
+    assert ffa.verdict == "inconclusive" and "confirmation seeds 1, 2" in ffa.measured, ffa
+    # a confirmation run of Fed-SB whose cached rows are not its model's
+    (tmp_path / f"fed-sb-r8-tune10-nodp-lr{lrs[0]:g}-s2" / "metrics.jsonl").write_text(
+        json.dumps({"round": 2, "accuracy": 0.5}) + "\n")
+    lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    paired = {c.claim: c for c in checks}[
+        f"fed-sb matches or beats FedIT ({setting}, non-private; paired per row)"]
+    assert paired.verdict == "not measured" and "scores 0.9000" in paired.measured
+    assert any(line.startswith("- rebuild failed:") for line in lines)
+
+
 def test_lora_tuning_refuses_validation_rows_of_a_model_that_is_not_the_runs(
         tmp_path: Path) -> None:
     """Validation rows are read only after the rebuilt model scored the run's own accuracy."""
