@@ -147,8 +147,9 @@ SMOLLM_EVAL_ROWS = 400
 #: the same budget; its lr is the one whose final model scores the best mean accuracy over those
 #: seeds on the ``validation`` rows of the task's held-out split (rows after the 400 the results
 #: are read on, so the choice does not see them; ties go to the smaller lr), and its result is
-#: that lr's final accuracy on the 400 rows, over every seed run at it (``seeds`` lists those a
-#: run may use: the grid's, then confirmation seeds at the chosen lr).
+#: that lr's final accuracy on the 400 rows (``seeds`` lists those a run may use: the grid's,
+#: then confirmation seeds at the chosen lr, which the comparison reads where there are any:
+#: :func:`tuning_report`).
 SMOLLM_TUNING: dict[str, Any] = {
     "label": "tune10", "variant": "smollm10", "lrs": (0.005, 0.01, 0.02, 0.05),
     "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
