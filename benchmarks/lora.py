@@ -587,11 +587,9 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
         diffs = [theirs_at[s] - fedit_at[s] for s in seeds]
         said = _verdict(v - fedit, v >= fedit, _spread(diffs) if len(diffs) > 1 else 0.0,
                         rows=SMOLLM_EVAL_ROWS)
-        kind = INCONCLUSIVE if said.startswith(INCONCLUSIVE) else said
-        measured = (f"{m} {v:.4f} (lr {chosen[m]:g}) vs FedIT {fedit:.4f} (lr "
-                    f"{chosen['fedit']:g}), {which} {', '.join(map(str, seeds))}")
-        checks.append(Check(claim, kind, measured + (said[len(INCONCLUSIVE):]
-                                                     if kind == INCONCLUSIVE else "")))
+        checks.append(_as_check(claim, said, f"{m} {v:.4f} (lr {chosen[m]:g}) vs FedIT "
+                                f"{fedit:.4f} (lr {chosen['fedit']:g}), {which} "
+                                f"{', '.join(map(str, seeds))}"))
         before = len(problems)
         pairs = [(rows_of(f"{arms[m]}-lr{chosen[m]:g}-s{s}", False),
                   rows_of(f"{arms['fedit']}-lr{chosen['fedit']:g}-s{s}", False)) for s in seeds]
@@ -609,6 +607,14 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                             f"{which} {', '.join(map(str, seeds))}; {check.measured}"))
     lines += [*(f"- rebuild failed: {p}" for p in problems), ""]
     return lines, checks
+
+
+def _as_check(claim: str, said: str, measured: str) -> Check:
+    """A :func:`_verdict` string as a :class:`Check` (an inconclusive one's reason joins
+    ``measured``)."""
+    if said.startswith(INCONCLUSIVE):
+        return Check(claim, INCONCLUSIVE, measured + said[len(INCONCLUSIVE):])
+    return Check(claim, said, measured)
 
 
 def _no_choice(arm: str, per_seed: Mapping[str, Mapping[float, Mapping[int, float]]]) -> str:
@@ -767,9 +773,7 @@ def report(summaries: Mapping[str, Mapping[str, Any]], out_dir: Path) -> str:
     verdicts: list[Check] = []  # the same verdicts, machine-readable (verdicts.json)
 
     def record(claim: str, said: str, measured: str) -> None:
-        kind = INCONCLUSIVE if said.startswith(INCONCLUSIVE) else said
-        verdicts.append(Check(claim, kind, measured + said[len(INCONCLUSIVE):]
-                              if kind == INCONCLUSIVE else measured))
+        verdicts.append(_as_check(claim, said, measured))
 
     smollm = {m: SMOLLM["rank"] for m in SMOLLM["lr"]}
     labels = [("matched", MATCHED), ("usual", USUAL),
