@@ -107,6 +107,36 @@ def test_partitions_cover_the_data_without_overlap(scheme: str) -> None:
         assert len(flat) == len(labels)
 
 
+@pytest.mark.parametrize("threads_env", [None, "1"])
+def test_central_evaluation_uses_every_core_unless_the_user_fixed_the_threads(
+        monkeypatch: pytest.MonkeyPatch, threads_env: str | None) -> None:
+    # The server evaluates between rounds, when no node trains: one thread would idle the rest.
+    import torch
+
+    from bouquet.tasks import torch_utils
+
+    task = DigitsMLP()
+    arrays = task.initial_arrays(seed=0)
+    monkeypatch.setattr(torch_utils, "usable_cores", lambda: 3)
+    if threads_env is None:
+        monkeypatch.delenv(torch_utils.THREADS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(torch_utils.THREADS_ENV, threads_env)
+    seen: list[int] = []
+    evaluate_model = task.evaluate_model
+
+    def counting(*args: Any) -> dict[str, float]:
+        seen.append(torch.get_num_threads())
+        return evaluate_model(*args)
+
+    monkeypatch.setattr(task, "evaluate_model", counting)
+    before = torch.get_num_threads()
+    metrics = task.evaluate(arrays)
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    assert seen == ([3] if threads_env is None else [before])
+    assert torch.get_num_threads() == before  # restored for the training that follows
+
+
 def test_natural_partition_groups_rows() -> None:
     labels = np.zeros(12, dtype=int)
     groups = np.array(list("aabbccddeeff"))

@@ -22,12 +22,19 @@ from torch import nn
 from bouquet.schema import CommonConfig
 from bouquet.tasks.fingerprint import digest_of, fingerprint_inputs
 from bouquet.tasks.partition import partition_rows
-from bouquet.tasks.torch_utils import generator, get_arrays, set_arrays, sgd_steps
+from bouquet.tasks.torch_utils import (
+    THREADS_ENV,
+    central_threads,
+    generator,
+    get_arrays,
+    set_arrays,
+    sgd_steps,
+)
 
 __all__ = ["Arrays", "ClassificationTask", "LocalData", "MiniBatches", "generator", "get_arrays",
            "set_arrays"]
 
-torch.set_num_threads(max(1, int(os.environ.get("BOUQUET_TORCH_THREADS", "1"))))
+torch.set_num_threads(max(1, int(os.environ.get(THREADS_ENV, "1"))))
 
 
 @dataclasses.dataclass
@@ -209,8 +216,9 @@ class ClassificationTask(MiniBatches):
         n = max(len(y), 1)
         return {"accuracy": correct / n, "loss": loss_sum / n}
 
+    @central_threads()
     def evaluate(self, arrays: Mapping[str, np.ndarray]) -> dict[str, float]:
-        """Central evaluation of a global model on the whole test set."""
+        """Central evaluation of a global model on the whole test set (on every core)."""
         d = self.data
         return self.evaluate_model(
             self.model_from(arrays), torch.from_numpy(d.x_test), torch.from_numpy(d.y_test)

@@ -45,6 +45,7 @@ from bouquet.schema import CommonConfig
 from bouquet.tasks.classification import MiniBatches, get_arrays, set_arrays
 from bouquet.tasks.partition import partition_rows
 from bouquet.tasks.resources import REASONING_GYM, SMOLLM2
+from bouquet.tasks.torch_utils import central_threads
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_NAME = "smollm2-135m-instruct-fp32"
@@ -322,8 +323,9 @@ class GsmSmolLM(MiniBatches):
                 for t, i in zip(texts, y.tolist(), strict=True)]
         return {"exact_match": float(np.mean(hits)) if hits else 0.0}
 
+    @central_threads()
     def evaluate(self, arrays: Any) -> dict[str, float]:
-        """Central evaluation of a full state dict on every held-out problem."""
+        """Central evaluation of a full state dict on every held-out problem (on every core)."""
         d = self.data
         return self.evaluate_model(self.model_from(arrays), torch.from_numpy(d["x_test"]),
                                    torch.arange(len(d["x_test"])))

@@ -51,6 +51,7 @@ from torch import nn
 from bouquet.tasks.classification import Arrays, ClassificationTask
 from bouquet.tasks.fingerprint import folder_files
 from bouquet.tasks.resources import MINILM, ROTTEN_TOMATOES
+from bouquet.tasks.torch_utils import central_threads
 
 RT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
 
@@ -215,8 +216,12 @@ class TextClassificationTask(ClassificationTask):
         n = max(len(y), 1)
         return {"accuracy": correct / n, "loss": loss_sum / n}
 
+    @central_threads()
     def evaluate(self, arrays: Any) -> dict[str, float]:
-        """Central evaluation of a full state dict on the first :attr:`eval_size` held-out rows."""
+        """Central evaluation of a full state dict on the first :attr:`eval_size` held-out rows.
+
+        Runs on every core (:func:`~bouquet.tasks.torch_utils.central_threads`).
+        """
         d = self.data
         k = min(self.eval_size, len(d.y_test))
         return self.evaluate_model(self.model_from(arrays), torch.from_numpy(d.x_test[:k]),

@@ -9,6 +9,8 @@ batches work as well as the catalogue's.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -16,10 +18,43 @@ import numpy as np
 import torch
 from torch import nn
 
+#: Environment variable that fixes torch's threads in every bouquet process. Unset, a process
+#: trains on one thread (a simulation runs one process per actor; more threads each would make
+#: them compete for the cores) and evaluates centrally on all of them (:func:`central_threads`).
+THREADS_ENV = "BOUQUET_TORCH_THREADS"
+
 #: ``loss_fn(model, batch) -> scalar tensor``: the loss closure of the gradient methods.
 BatchLoss = Callable[[nn.Module, Any], torch.Tensor]
 #: ``correct_grad(model)``: edits the gradients in place before each optimiser step.
 GradientHook = Callable[[nn.Module], None]
+
+
+def usable_cores() -> int:
+    """The number of CPU cores this process may run on (its affinity where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this OS
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def central_threads() -> Iterator[None]:
+    """Run the block (or the decorated function) on every core this process may use.
+
+    For the server's central evaluation of the global model: a synchronous round evaluates after
+    its replies are in, when no node of the run trains, so the one thread a process gets by
+    default (:data:`THREADS_ENV`) would leave the other cores idle. Where ``BOUQUET_TORCH_THREADS``
+    is set, it is the user's count and is kept. The previous count is restored afterwards.
+    """
+    before = torch.get_num_threads()
+    wanted = before if THREADS_ENV in os.environ else max(before, usable_cores())
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if wanted != before:
+            torch.set_num_threads(before)
 
 
 def get_arrays(model: nn.Module) -> dict[str, np.ndarray]:
