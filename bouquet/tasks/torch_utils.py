@@ -1,10 +1,11 @@
 """Torch helpers shared by tasks and client procedures.
 
-Model <-> named arrays, seeded generators, and the plain local SGD loop over any iterable of
-batches.
+Model <-> named arrays, seeded generators, the plain local SGD loop over any iterable of
+batches, and the thread count of central evaluation (:func:`central_threads`, which reads
+``BOUQUET_TORCH_THREADS``).
 
-Nothing here knows about tasks, configs or federated learning; a user's own ``nn.Module`` and
-batches work as well as the catalogue's.
+Apart from that variable nothing here knows about tasks or configs; a user's own ``nn.Module``
+and batches work as well as the catalogue's.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ def usable_cores() -> int:
 def central_threads() -> Iterator[None]:
     """Run the block (or the decorated function) on every core this process may use.
 
-    For the server's central evaluation of the global model: a synchronous round evaluates after
-    its replies are in, when no node of the run trains, so the one thread a process gets by
-    default (:data:`THREADS_ENV`) would leave the other cores idle. Where ``BOUQUET_TORCH_THREADS``
-    is set, it is the user's count and is kept. The previous count is restored afterwards.
+    For the server's central evaluation of the global model: a round evaluates once its replies
+    are in, when the nodes of a synchronous round have finished (one past ``round-timeout`` may
+    still train), so the one thread a process gets by default (:data:`THREADS_ENV`) would leave
+    the other cores idle. Where ``BOUQUET_TORCH_THREADS`` is set, it is the user's count and is
+    kept (set it where the server shares its machine with nodes or other runs). The previous
+    count is restored afterwards, also on an error.
     """
     before = torch.get_num_threads()
     wanted = before if THREADS_ENV in os.environ else max(before, usable_cores())
