@@ -53,7 +53,8 @@ same with 2 rounds x 10 local steps (the one-client probe's 20 private steps per
 non-private, eps 3 and eps 10, seeds 0 to 3 (``SMOLLM["variants"]``; RESULTS.md names the
 seeds run); its runs are named ``<method>-r8-smollm10-...`` and judged apart from the first.
 A third label, ``tune10`` (:data:`SMOLLM_TUNING`), tunes each method's lr for ``smollm10``,
-non-private, on one grid shared by all three (0.005, 0.01, 0.02, 0.05), choosing on held-out rows
+non-private, on one grid shared by all three (0.002, 0.005, 0.01, 0.02, 0.05; 0.002 joined in
+session 23, since FedIT's best sat at the lowest lr of the first grid), choosing on held-out rows
 400-1199 (validation) and reporting on the 400 result rows (:func:`tuning_report`); its runs are
 named ``<method>-r8-tune10-nodp-lr<lr>-s<seed>`` and kept out of every other check.
 The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
@@ -151,7 +152,7 @@ SMOLLM_EVAL_ROWS = 400
 #: then confirmation seeds at the chosen lr, which the comparison reads where there are any:
 #: :func:`tuning_report`).
 SMOLLM_TUNING: dict[str, Any] = {
-    "label": "tune10", "variant": "smollm10", "lrs": (0.005, 0.01, 0.02, 0.05),
+    "label": "tune10", "variant": "smollm10", "lrs": (0.002, 0.005, 0.01, 0.02, 0.05),
     "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
 }
 
