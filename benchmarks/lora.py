@@ -55,8 +55,10 @@ seeds run); its runs are named ``<method>-r8-smollm10-...`` and judged apart fro
 A third label, ``tune10`` (:data:`SMOLLM_TUNING`), tunes each method's lr for ``smollm10``,
 non-private, on one grid shared by all three (0.002, 0.005, 0.01, 0.02, 0.05; 0.002 joined in
 session 23, since FedIT's best sat at the lowest lr of the first grid), choosing on held-out rows
-400-1199 (validation) and reporting on the 400 result rows (:func:`tuning_report`); its runs are
-named ``<method>-r8-tune10-nodp-lr<lr>-s<seed>`` and kept out of every other check.
+400-1199 (validation) and reporting on the 400 result rows (:func:`tuning_report`); the same
+grid, tuned apart, for the private runs at eps 3 (the ``smollm10`` private run but for its lr;
+session 23), whose chosen lrs give a DP ordering with every arm tuned. Its runs are named
+``<method>-r8-tune10-<nodp|eps3>-lr<lr>-s<seed>`` and kept out of every other check.
 The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
 model's zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed
 suite).
@@ -79,7 +81,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -144,8 +146,10 @@ SMOLLM: dict[str, Any] = {
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
 #: ``tune10``: each method's lr tuned on one shared grid for the ``smollm10`` schedule,
-#: non-private (issue 14 item 2). Every method runs every lr of ``lrs`` on ``grid-seeds`` with
-#: the same budget; its lr is the one whose final model scores the best mean accuracy over those
+#: non-private (issue 14 item 2) and at each target epsilon of ``epsilons`` (item 3; the
+#: private grid is tuned apart, the same way). Every method runs every lr of ``lrs`` on
+#: ``grid-seeds`` with the same budget, per level; its lr is the one whose final model scores
+#: the best mean accuracy over those
 #: seeds on the ``validation`` rows of the task's held-out split (rows after the 400 the results
 #: are read on, so the choice does not see them; ties go to the smaller lr), and its result is
 #: that lr's final accuracy on the 400 rows (``seeds`` lists those a run may use: the grid's,
@@ -153,7 +157,7 @@ SMOLLM_EVAL_ROWS = 400
 #: :func:`tuning_report`).
 SMOLLM_TUNING: dict[str, Any] = {
     "label": "tune10", "variant": "smollm10", "lrs": (0.002, 0.005, 0.01, 0.02, 0.05),
-    "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
+    "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200), "epsilons": (3.0,),
 }
 
 
@@ -218,13 +222,16 @@ def smollm_runs() -> list[BenchRun]:
                     out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
                                         clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
     tune = SMOLLM_TUNING
-    for method in SMOLLM["lr"]:
-        arm = f"{method}-r{rank}-{tune['label']}-nodp"
-        for lr in tune["lrs"]:
-            for seed in tune["seeds"]:
-                out.append(BenchRun(f"{arm}-lr{lr:g}-s{seed}",
-                                    {**_smollm_base(method, tune["variant"], lr), "seed": seed},
-                                    clients=CLIENTS, group=f"{arm}-lr{lr:g}"))
+    for level in tuning_levels():
+        private = {} if level == "nodp" else {"dp.enabled": True,
+                                              "dp.target-epsilon": float(level[3:])}
+        for method in SMOLLM["lr"]:
+            arm = f"{method}-r{rank}-{tune['label']}-{level}"
+            for lr in tune["lrs"]:
+                for seed in tune["seeds"]:
+                    cfg = {**_smollm_base(method, tune["variant"], lr), **private, "seed": seed}
+                    out.append(BenchRun(f"{arm}-lr{lr:g}-s{seed}", cfg, clients=CLIENTS,
+                                        group=f"{arm}-lr{lr:g}"))
     return out
 
 
@@ -495,23 +502,30 @@ def _smollm_validation() -> Any:
 
 def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                   validation: Any = None) -> tuple[list[str], list[Check]]:
-    """The ``tune10`` grid (:data:`SMOLLM_TUNING`): each method's lr chosen on validation rows,
-    then the non-private comparison at the chosen lrs.
+    """The ``tune10`` grids (:data:`SMOLLM_TUNING`): each method's lr chosen on validation rows,
+    per privacy level, then the comparisons at the chosen lrs.
 
-    A method gets a chosen lr only when every lr of the grid has a final model scored on the
-    validation rows for every grid seed (a partial grid would favour the arms run further).
-    "FFA-LoRA (Fed-SB) matches or beats FedIT" is judged on the 400 result rows at the chosen
-    lrs, over the confirmation seeds both were run at there (seeds beyond the grid's; the grid
-    seeds only where there are none, named so in the check: their models won the choice, partly
-    by their own training noise): unpaired by the suite's rule (two binomial standard errors of
-    one seed, since every seed reads the same rows, or the spread of the per-seed differences
-    when that is larger), and paired per row (the per-row correctness averaged over those seeds,
-    two paired standard errors). ``held`` and ``validation``: the rows (made on first need when
-    None). Returns the markdown lines and the checks; nothing when no tuning run is in ``acc``.
+    Per level (non-private, then each target epsilon), a method gets a chosen lr only when every
+    lr of the grid has a final model scored on the validation rows for every grid seed (a
+    partial grid would favour the arms run further). "FFA-LoRA (Fed-SB) matches or beats
+    FedIT" is judged per level on the 400 result rows at the chosen lrs, over the confirmation
+    seeds both were run at there (seeds beyond the grid's; the grid seeds only where there are
+    none, named so in the check: their models won the choice, partly by their own training
+    noise): unpaired by the suite's rule (two binomial standard errors of one seed, since every
+    seed reads the same rows, or the spread of the per-seed differences when that is larger),
+    and paired per row (the per-row correctness averaged over those seeds, two paired standard
+    errors). Per private level, "FFA-LoRA (Fed-SB) degrades less than FedIT under DP" is judged
+    per row as well: each method's drop is its non-private model's correctness at its
+    non-private chosen lr minus its private model's at its private chosen lr, over the seeds
+    all four runs share (confirmation seeds where there are any). ``held`` and ``validation``:
+    the rows (made on first need when None). Returns the markdown lines and the checks; nothing
+    when no tuning run is in ``acc``.
     """
     tune = SMOLLM_TUNING
     _, per_seed = seeds_by_lr(acc)
-    arms = {m: f"{m}-r{SMOLLM['rank']}-{tune['label']}-nodp" for m in SMOLLM["lr"]}
+    levels = tuning_levels()
+    arms = {(m, level): f"{m}-r{SMOLLM['rank']}-{tune['label']}-{level}"
+            for level in levels for m in SMOLLM["lr"]}
     if not any(a in per_seed for a in arms.values()):
         return [], []
     problems: list[str] = []
@@ -530,84 +544,177 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             problems.append(str(exc))
             return None
 
-    val: dict[str, dict[float, float]] = {}
-    chosen: dict[str, float] = {}
-    for m, arm in arms.items():
-        for lr in tune["lrs"]:
-            scores = []
-            for seed in tune["grid-seeds"]:
-                run = f"{arm}-lr{lr:g}-s{seed}"
-                got = rows_of(run, True) if run in acc else None  # a run of this report only
-                if got is None:
-                    break
-                scores.append(float(got[1].mean()))
-            else:
-                val.setdefault(m, {})[lr] = _mean(scores)
-        if len(val.get(m, {})) == len(tune["lrs"]):
-            chosen[m] = max(sorted(val[m]), key=lambda x: val[m][x])
+    chosen: dict[str, float] = {}  # arm -> its chosen lr
     start, stop = tune["validation"]
     lines = [f"Each method's lr on the shared grid, chosen on held-out rows {start}-{stop - 1} "
              f"(validation; seeds {', '.join(map(str, tune['grid-seeds']))}), its result read "
              f"on the {SMOLLM_EVAL_ROWS} result rows (cells: validation / result accuracy of "
-             "the grid seeds; the chosen lr's result over every seed run at it):", "",
-             "| method | " + " | ".join(f"lr {lr:g}" for lr in tune["lrs"])
-             + " | chosen lr | result at the chosen lr (seeds) |",
-             "|---|" + "---|" * (len(tune["lrs"]) + 2)]
-    for m, arm in arms.items():
-        cells = []
-        for lr in tune["lrs"]:
-            grid = [per_seed.get(arm, {}).get(lr, {}).get(s) for s in tune["grid-seeds"]]
-            result = "—" if None in grid else f"{_mean([float(g) for g in grid if g is not None]):.4f}"
-            v = val.get(m, {}).get(lr)
-            cells.append(f"{'—' if v is None else f'{v:.4f}'} / {result}")
-        if m in chosen:
-            runs_at = per_seed[arm][chosen[m]]
-            tail = (f"{chosen[m]:g} | {_mean(list(runs_at.values())):.4f} "
-                    f"({', '.join(map(str, sorted(runs_at)))})")
-        else:
-            tail = f"— ({_no_choice(arm, per_seed)}) | —"
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {tail} |")
+             "the grid seeds; the chosen lr's result over every seed run at it):", ""]
+    for level in levels:
+        level_arms = {m: arms[m, level] for m in SMOLLM["lr"]}
+        if not any(a in per_seed for a in level_arms.values()):
+            continue
+        lines += [f"{level_name(level)}:", "",
+                  "| method | " + " | ".join(f"lr {lr:g}" for lr in tune["lrs"])
+                  + " | chosen lr | result at the chosen lr (seeds) |",
+                  "|---|" + "---|" * (len(tune["lrs"]) + 2)]
+        for m, arm in level_arms.items():
+            val: dict[float, float] = {}
+            for lr in tune["lrs"]:
+                scores = []
+                for seed in tune["grid-seeds"]:
+                    run = f"{arm}-lr{lr:g}-s{seed}"
+                    got = rows_of(run, True) if run in acc else None  # a run of this report
+                    if got is None:
+                        break
+                    scores.append(float(got[1].mean()))
+                else:
+                    val[lr] = _mean(scores)
+            if len(val) == len(tune["lrs"]):
+                chosen[arm] = max(sorted(val), key=lambda x: val[x])
+            lines.append(f"| {m} | " + " | ".join(_tuning_cell(val.get(lr), per_seed, arm, lr)
+                                                  for lr in tune["lrs"])
+                         + f" | {_chosen_cell(arm, chosen, per_seed)} |")
+        lines.append("")
 
     checks: list[Check] = []
-    setting_ = f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
-    for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
-        claim = f"{m} matches or beats FedIT ({setting_}, non-private)"
-        paired_claim = claim[:-1] + "; paired per row)"
-        if "fedit" not in chosen or m not in chosen:
-            why = "; ".join(f"{k}: {_no_choice(arms[k], per_seed)}"
-                            for k in ("fedit", m) if k not in chosen)
-            checks += [Check(c, NOT_MEASURED, f"no chosen lr ({why})")
-                       for c in (claim, paired_claim)]
+    for level in levels:
+        if not any(arms[m, level] in per_seed for m in SMOLLM["lr"]):
             continue
-        theirs_at, fedit_at = per_seed[arms[m]][chosen[m]], per_seed[arms["fedit"]][chosen["fedit"]]
-        common = sorted(theirs_at.keys() & fedit_at.keys())
-        seeds = [s for s in common if s not in tune["grid-seeds"]] or common
-        which = ("confirmation seeds" if set(seeds).isdisjoint(tune["grid-seeds"])
-                 else "the grid seeds that chose the lrs")
-        v, fedit = _mean([theirs_at[s] for s in seeds]), _mean([fedit_at[s] for s in seeds])
-        diffs = [theirs_at[s] - fedit_at[s] for s in seeds]
-        said = _verdict(v - fedit, v >= fedit, _spread(diffs) if len(diffs) > 1 else 0.0,
-                        rows=SMOLLM_EVAL_ROWS)
-        checks.append(_as_check(claim, said, f"{m} {v:.4f} (lr {chosen[m]:g}) vs FedIT "
-                                f"{fedit:.4f} (lr {chosen['fedit']:g}), {which} "
-                                f"{', '.join(map(str, seeds))}"))
-        before = len(problems)
-        pairs = [(rows_of(f"{arms[m]}-lr{chosen[m]:g}-s{s}", False),
-                  rows_of(f"{arms['fedit']}-lr{chosen['fedit']:g}-s{s}", False)) for s in seeds]
-        usable = [(a[1].astype(float), b[1].astype(float)) for a, b in pairs
-                  if a is not None and b is not None]
-        if len(problems) > before or len(usable) < len(seeds):
-            why = "; ".join(problems[before:]) or "no per-row results for every seed"
-            checks.append(Check(paired_claim, NOT_MEASURED, f"{which} {seeds}: {why}"))
-            continue
-        theirs = sum(a for a, _ in usable) / len(usable)
-        fedit_rows = sum(b for _, b in usable) / len(usable)
-        check = improvement_check(paired_claim, paired_change(list(fedit_rows), list(theirs)),
-                                  lower_is_better=False, name=f"{short} minus FedIT, per row:")
-        checks.append(Check(paired_claim, check.verdict,
-                            f"{which} {', '.join(map(str, seeds))}; {check.measured}"))
+        setting_ = f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
+        for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
+            claim = f"{m} matches or beats FedIT ({setting_}, {level_name(level)})"
+            paired_claim = claim[:-1] + "; paired per row)"
+            pair = (arms[m, level], arms["fedit", level])
+            missing = [a for a in pair if a not in chosen]
+            if missing:
+                why = "no chosen lr (" + "; ".join(f"{a}: {_no_choice(a, per_seed)}"
+                                                   for a in missing) + ")"
+                checks += [Check(c, NOT_MEASURED, why) for c in (claim, paired_claim)]
+            else:
+                checks += _tuned_comparison(claim, paired_claim, short, pair, chosen,
+                                            per_seed, rows_of, problems)
+            if level == "nodp":
+                continue
+            drop_claim = (f"{short} degrades less than FedIT under DP ({level}, {setting_}; "
+                          "paired per row)")
+            quad = (arms[m, "nodp"], pair[0], arms["fedit", "nodp"], pair[1])
+            missing = [a for a in quad if a not in chosen]
+            if missing:
+                checks.append(Check(drop_claim, NOT_MEASURED, "no chosen lr (" + "; ".join(
+                    f"{a}: {_no_choice(a, per_seed)}" for a in missing) + ")"))
+            else:
+                checks.append(_tuned_degradation(drop_claim, short, quad, chosen, per_seed,
+                                                 rows_of, problems))
     lines += [*(f"- rebuild failed: {p}" for p in problems), ""]
     return lines, checks
+
+
+def tuning_levels() -> list[str]:
+    """The privacy levels :data:`SMOLLM_TUNING` tunes: ``nodp``, then ``eps<e>`` per epsilon."""
+    return ["nodp", *(f"eps{eps:g}" for eps in SMOLLM_TUNING["epsilons"])]
+
+
+def level_name(level: str) -> str:
+    """How a claim names a level: ``non-private`` or ``eps3``."""
+    return "non-private" if level == "nodp" else level
+
+
+def _tuning_cell(val: float | None, per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
+                 arm: str, lr: float) -> str:
+    """A grid cell: validation / result accuracy of the grid seeds (``—`` where missing)."""
+    grid = [per_seed.get(arm, {}).get(lr, {}).get(s) for s in SMOLLM_TUNING["grid-seeds"]]
+    result = "—" if None in grid else f"{_mean([float(g) for g in grid if g is not None]):.4f}"
+    return f"{'—' if val is None else f'{val:.4f}'} / {result}"
+
+
+def _chosen_cell(arm: str, chosen: Mapping[str, float],
+                 per_seed: Mapping[str, Mapping[float, Mapping[int, float]]]) -> str:
+    """The chosen lr and its result over every seed run at it, or why there is none."""
+    if arm not in chosen:
+        return f"— ({_no_choice(arm, per_seed)}) | —"
+    runs_at = per_seed[arm][chosen[arm]]
+    return (f"{chosen[arm]:g} | {_mean(list(runs_at.values())):.4f} "
+            f"({', '.join(map(str, sorted(runs_at)))})")
+
+
+def _judged_seeds(seed_sets: list[set[int]]) -> tuple[list[int], str]:
+    """The seeds a tuned comparison reads: those every run has, confirmation seeds first."""
+    common = sorted(set.intersection(*seed_sets))
+    seeds = [s for s in common if s not in SMOLLM_TUNING["grid-seeds"]] or common
+    which = ("confirmation seeds" if set(seeds).isdisjoint(SMOLLM_TUNING["grid-seeds"])
+             else "the grid seeds that chose the lrs")
+    return seeds, which
+
+
+def _tuned_comparison(claim: str, paired_claim: str, short: str, pair: tuple[str, str],
+                      chosen: Mapping[str, float],
+                      per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
+                      rows_of: Callable[[str, bool], Rows | None],
+                      problems: list[str]) -> list[Check]:
+    """"X matches or beats FedIT" at the chosen lrs, unpaired and paired per row."""
+    theirs_at, fedit_at = (per_seed[a][chosen[a]] for a in pair)
+    seeds, which = _judged_seeds([set(theirs_at), set(fedit_at)])
+    v, fedit = _mean([theirs_at[s] for s in seeds]), _mean([fedit_at[s] for s in seeds])
+    diffs = [theirs_at[s] - fedit_at[s] for s in seeds]
+    said = _verdict(v - fedit, v >= fedit, _spread(diffs) if len(diffs) > 1 else 0.0,
+                    rows=SMOLLM_EVAL_ROWS)
+    named = ", ".join(map(str, seeds))
+    out = [_as_check(claim, said, f"{short} {v:.4f} (lr {chosen[pair[0]]:g}) vs FedIT "
+                                  f"{fedit:.4f} (lr {chosen[pair[1]]:g}), {which} {named}")]
+    got = _seed_rows(pair, seeds, chosen, rows_of, problems)
+    if isinstance(got, str):
+        return [*out, Check(paired_claim, NOT_MEASURED, f"{which} {seeds}: {got}")]
+    theirs, fedit_rows = (_mean_rows(r) for r in got)
+    check = improvement_check(paired_claim, paired_change(list(fedit_rows), list(theirs)),
+                              lower_is_better=False, name=f"{short} minus FedIT, per row:")
+    return [*out, Check(paired_claim, check.verdict, f"{which} {named}; {check.measured}")]
+
+
+def _tuned_degradation(claim: str, short: str, quad: tuple[str, str, str, str],
+                       chosen: Mapping[str, float],
+                       per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
+                       rows_of: Callable[[str, bool], Rows | None],
+                       problems: list[str]) -> Check:
+    """"X degrades less than FedIT under DP", per row, each run at its level's chosen lr.
+
+    ``quad``: X non-private, X private, FedIT non-private, FedIT private.
+    """
+    seeds, which = _judged_seeds([set(per_seed[a][chosen[a]]) for a in quad])
+    if not seeds:
+        return Check(claim, NOT_MEASURED, "no seed run by all four arms at their chosen lrs")
+    got = _seed_rows(quad, seeds, chosen, rows_of, problems)
+    if isinstance(got, str):
+        return Check(claim, NOT_MEASURED, f"{which} {seeds}: {got}")
+    plain, private, fedit_plain, fedit_private = (_mean_rows(r) for r in got)
+    theirs, fedit = list(plain - private), list(fedit_plain - fedit_private)
+    check = improvement_check(claim, paired_change(theirs, fedit), lower_is_better=False,
+                              name="FedIT's drop minus " + short + "'s, per row:")
+    lrs = ", ".join(f"{chosen[a]:g}" for a in quad)
+    return Check(claim, check.verdict,
+                 f"{which} {', '.join(map(str, seeds))}; chosen lrs {lrs} ({short} "
+                 f"non-private, private; FedIT non-private, private); drop FedIT "
+                 f"{sum(fedit) / len(fedit):+.4f}, {short} {sum(theirs) / len(theirs):+.4f}; "
+                 f"{check.measured}")
+
+
+def _mean_rows(per_seed: list[np.ndarray]) -> np.ndarray:
+    """The row-wise mean of per-seed row vectors."""
+    total = per_seed[0].copy()
+    for rows in per_seed[1:]:
+        total += rows
+    return total / len(per_seed)
+
+
+def _seed_rows(arms: tuple[str, ...], seeds: list[int], chosen: Mapping[str, float],
+               rows_of: Callable[[str, bool], Rows | None],
+               problems: list[str]) -> list[list[np.ndarray]] | str:
+    """Per arm, each seed's per-row correctness (floats) at its chosen lr; or why not."""
+    before = len(problems)
+    got = [[rows_of(f"{a}-lr{chosen[a]:g}-s{s}", False) for s in seeds] for a in arms]
+    if len(problems) > before or any(r is None for per_arm in got for r in per_arm):
+        return "; ".join(problems[before:]) or "no per-row results for every seed"
+    return [[r[1].astype(float) for r in per_arm if r is not None] for per_arm in got]
 
 
 def _as_check(claim: str, said: str, measured: str) -> Check:

@@ -135,8 +135,8 @@ def test_lora_rt_smollm_variant_gives_every_arm_the_same_budget(
     for name, r in runs.items():
         arm, lr, seed = suite.parse_run(name)
         label = suite.smollm_label(arm)
-        if label is None:  # the lr grid: test_lora_rt_smollm_lr_grid_...
-            assert "-tune10-nodp" in arm
+        if label is None:  # the lr grids: test_lora_rt_smollm_lr_grid_...
+            assert "-tune10-" in arm
             continue
         variant = suite.SMOLLM["variants"][label]
         budgets.setdefault(label, set()).add(tuple(sorted((k, r.config[k]) for k in budget)))
@@ -306,24 +306,27 @@ def test_lora_paired_check_pairs_the_runs_rows_and_refuses_a_model_that_is_not_t
 
 def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every method runs every lr of one grid on the same seeds, and each run is the
-    ``smollm10`` schedule's non-private run but for its lr."""
+    """Every method runs every lr of one grid on the same seeds, per privacy level, and each
+    run is the ``smollm10`` schedule's run of its level but for its lr."""
     monkeypatch.setenv("LORA_BENCH_TASK", "rt-smollm")
     suite = load_suite("lora")
     runs = {r.name: r for r in suite.runs(True)}
     tune = suite.SMOLLM_TUNING
-    grid: dict[str, set[tuple[float, int]]] = {}
+    grid: dict[tuple[str, str], set[tuple[float, int]]] = {}
     for name, r in runs.items():
         arm, lr, seed = suite.parse_run(name)
         if "-tune10-" not in arm:
             continue
-        grid.setdefault(r.config["method"], set()).add((lr, seed))
-        reference = runs[f"{r.config['method']}-r8-smollm10-nodp-lr"
+        level = arm.rsplit("-", 1)[1]
+        grid.setdefault((r.config["method"], level), set()).add((lr, seed))
+        reference = runs[f"{r.config['method']}-r8-smollm10-{level}-lr"
                          f"{suite.SMOLLM['lr'][r.config['method']]:g}-s{seed}"]
         assert _without(r.config, "lr") == _without(reference.config, "lr")
         assert r.config["lr"] == lr
     every = {(lr, s) for lr in tune["lrs"] for s in tune["seeds"]}
-    assert grid == {m: every for m in suite.SMOLLM["lr"]}
+    assert suite.tuning_levels() == ["nodp", "eps3"]
+    assert grid == {(m, level): every for m in suite.SMOLLM["lr"]
+                    for level in suite.tuning_levels()}
     assert set(tune["grid-seeds"]) <= set(tune["seeds"])
     start, stop = tune["validation"]
     assert start >= suite.SMOLLM_EVAL_ROWS  # the choice never sees the result rows
@@ -443,6 +446,50 @@ def test_lora_tuning_judges_on_confirmation_seeds_and_names_a_failed_rebuild(
         f"fed-sb matches or beats FedIT ({setting}, non-private; paired per row)"]
     assert paired.verdict == "not measured" and "scores 0.9000" in paired.measured
     assert any(line.startswith("- rebuild failed:") for line in lines)
+
+
+def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chosen_lrs(
+        tmp_path: Path) -> None:
+    """The eps3 grid chooses its own lrs on validation rows; "degrades less" reads each
+    method's drop from its non-private chosen lr to its private chosen lr, per row."""
+    import numpy as np
+
+    suite = load_suite("lora")
+    n, lrs = 400, suite.SMOLLM_TUNING["lrs"]
+    acc: dict[str, float] = {}
+    for level in ("nodp", "eps3"):
+        for method in ("fedit", "ffa-lora", "fed-sb"):
+            for i, lr in enumerate(lrs):
+                # non-private: every method chooses the first lr; private: the second
+                best = 0 if level == "nodp" else 1
+                val = np.arange(800) >= (8 if i == best else 80)
+                right = 40  # every non-private model misses the first 40 rows
+                if level == "eps3" and i == best:
+                    # FedIT loses 80 more rows to privacy, FFA-LoRA none, Fed-SB 4
+                    right = {"fedit": 120, "ffa-lora": 40, "fed-sb": 44}[method]
+                elif level == "eps3":
+                    right = 0  # an lr not chosen: better on the result rows than the choice
+                run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
+                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= right, val)
+    lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    table = "\n".join(lines)
+    assert "Non-private:" not in table and "non-private:" in table and "eps3:" in table
+    assert f"| {lrs[1]:g} | 0.7000 (0) |" in table  # FedIT's private choice, not lr 0
+    by_claim = {c.claim: c for c in checks}
+    setting = "rt-smollm, r=8, 2x10 steps, each at its lr chosen on validation rows"
+    drop = by_claim[f"FFA-LoRA degrades less than FedIT under DP (eps3, {setting}; paired "
+                    "per row)"]
+    assert drop.verdict == "holds", drop  # FedIT's drop 0.20 against none
+    assert f"chosen lrs {lrs[0]:g}, {lrs[1]:g}, {lrs[0]:g}, {lrs[1]:g}" in drop.measured
+    assert "the grid seeds that chose the lrs 0" in drop.measured
+    private = by_claim[f"ffa-lora matches or beats FedIT ({setting}, eps3)"]
+    assert "(lr 0.005)" in private.measured and private.verdict == "holds", private
+    # without its non-private grid, FFA-LoRA's drop is not measured
+    for lr in lrs:
+        acc.pop(f"ffa-lora-r8-tune10-nodp-lr{lr:g}-s0")
+    _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[drop.claim]
+    assert got.verdict == "not measured" and "grid incomplete" in got.measured
 
 
 def test_lora_tuning_refuses_validation_rows_of_a_model_that_is_not_the_runs(
