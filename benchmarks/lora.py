@@ -222,9 +222,8 @@ def smollm_runs() -> list[BenchRun]:
                     out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
                                         clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
     tune = SMOLLM_TUNING
-    for level in tuning_levels():
-        private = {} if level == "nodp" else {"dp.enabled": True,
-                                              "dp.target-epsilon": float(level[3:])}
+    for level, eps in zip(tuning_levels(), (None, *tune["epsilons"]), strict=True):
+        private = {} if eps is None else {"dp.enabled": True, "dp.target-epsilon": eps}
         for method in SMOLLM["lr"]:
             arm = f"{method}-r{rank}-{tune['label']}-{level}"
             for lr in tune["lrs"]:
@@ -528,21 +527,26 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             for level in levels for m in SMOLLM["lr"]}
     if not any(a in per_seed for a in arms.values()):
         return [], []
-    problems: list[str] = []
+    cache: dict[tuple[str, bool], Rows | str | None] = {}  # a failed rebuild: its message
 
-    def rows_of(run: str, on_validation: bool) -> Rows | None:
+    def rows_of(run: str, on_validation: bool) -> Rows | str | None:
+        """A run's rows (validation or result rows), the message of a failed rebuild, or None
+        where there are none; each computed once."""
         nonlocal held, validation
+        if (run, on_validation) in cache:
+            return cache[run, on_validation]
         if (out_dir / run / "config.yaml").is_file():  # loads the task only when needed
             held = _smollm_held_out() if held is None else held
             validation = _smollm_validation() if validation is None else validation
-        if held is None:
-            return None
-        try:
-            return (validation_rows(out_dir, run, validation, held) if on_validation
-                    else final_rows(out_dir, run, held))
-        except RebuildError as exc:
-            problems.append(str(exc))
-            return None
+        got: Rows | str | None = None
+        if held is not None:
+            try:
+                got = (validation_rows(out_dir, run, validation, held) if on_validation
+                       else final_rows(out_dir, run, held))
+            except RebuildError as exc:
+                got = str(exc)
+        cache[run, on_validation] = got
+        return got
 
     chosen: dict[str, float] = {}  # arm -> its chosen lr
     start, stop = tune["validation"]
@@ -565,7 +569,7 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                 for seed in tune["grid-seeds"]:
                     run = f"{arm}-lr{lr:g}-s{seed}"
                     got = rows_of(run, True) if run in acc else None  # a run of this report
-                    if got is None:
+                    if not isinstance(got, tuple):
                         break
                     scores.append(float(got[1].mean()))
                 else:
@@ -586,14 +590,14 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             claim = f"{m} matches or beats FedIT ({setting_}, {level_name(level)})"
             paired_claim = claim[:-1] + "; paired per row)"
             pair = (arms[m, level], arms["fedit", level])
-            missing = [a for a in pair if a not in chosen]
-            if missing:
-                why = "no chosen lr (" + "; ".join(f"{a}: {_no_choice(a, per_seed)}"
-                                                   for a in missing) + ")"
-                checks += [Check(c, NOT_MEASURED, why) for c in (claim, paired_claim)]
+            if not all(a in chosen for a in pair):
+                why = "; ".join(f"{k}: {_no_choice(arms[k, level], per_seed)}"
+                                for k in ("fedit", m) if arms[k, level] not in chosen)
+                checks += [Check(c, NOT_MEASURED, f"no chosen lr ({why})")
+                           for c in (claim, paired_claim)]
             else:
-                checks += _tuned_comparison(claim, paired_claim, short, pair, chosen,
-                                            per_seed, rows_of, problems)
+                checks += _tuned_comparison(claim, paired_claim, m, pair, chosen, per_seed,
+                                            rows_of)
             if level == "nodp":
                 continue
             drop_claim = (f"{short} degrades less than FedIT under DP ({level}, {setting_}; "
@@ -605,8 +609,8 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                     f"{a}: {_no_choice(a, per_seed)}" for a in missing) + ")"))
             else:
                 checks.append(_tuned_degradation(drop_claim, short, quad, chosen, per_seed,
-                                                 rows_of, problems))
-    lines += [*(f"- rebuild failed: {p}" for p in problems), ""]
+                                                 rows_of))
+    lines += [*(f"- rebuild failed: {p}" for p in cache.values() if isinstance(p, str)), ""]
     return lines, checks
 
 
@@ -647,12 +651,12 @@ def _judged_seeds(seed_sets: list[set[int]]) -> tuple[list[int], str]:
     return seeds, which
 
 
-def _tuned_comparison(claim: str, paired_claim: str, short: str, pair: tuple[str, str],
+def _tuned_comparison(claim: str, paired_claim: str, method: str, pair: tuple[str, str],
                       chosen: Mapping[str, float],
                       per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
-                      rows_of: Callable[[str, bool], Rows | None],
-                      problems: list[str]) -> list[Check]:
-    """"X matches or beats FedIT" at the chosen lrs, unpaired and paired per row."""
+                      rows_of: Callable[[str, bool], Rows | str | None]) -> list[Check]:
+    """"X matches or beats FedIT" at the chosen lrs, unpaired and paired per row; ``pair``:
+    the arms of ``method`` (X) and of FedIT."""
     theirs_at, fedit_at = (per_seed[a][chosen[a]] for a in pair)
     seeds, which = _judged_seeds([set(theirs_at), set(fedit_at)])
     v, fedit = _mean([theirs_at[s] for s in seeds]), _mean([fedit_at[s] for s in seeds])
@@ -660,12 +664,13 @@ def _tuned_comparison(claim: str, paired_claim: str, short: str, pair: tuple[str
     said = _verdict(v - fedit, v >= fedit, _spread(diffs) if len(diffs) > 1 else 0.0,
                     rows=SMOLLM_EVAL_ROWS)
     named = ", ".join(map(str, seeds))
-    out = [_as_check(claim, said, f"{short} {v:.4f} (lr {chosen[pair[0]]:g}) vs FedIT "
+    out = [_as_check(claim, said, f"{method} {v:.4f} (lr {chosen[pair[0]]:g}) vs FedIT "
                                   f"{fedit:.4f} (lr {chosen[pair[1]]:g}), {which} {named}")]
-    got = _seed_rows(pair, seeds, chosen, rows_of, problems)
+    got = _seed_rows(pair, seeds, chosen, rows_of)
     if isinstance(got, str):
         return [*out, Check(paired_claim, NOT_MEASURED, f"{which} {seeds}: {got}")]
     theirs, fedit_rows = (_mean_rows(r) for r in got)
+    short = {"ffa-lora": "FFA-LoRA", "fed-sb": "Fed-SB"}.get(method, method)
     check = improvement_check(paired_claim, paired_change(list(fedit_rows), list(theirs)),
                               lower_is_better=False, name=f"{short} minus FedIT, per row:")
     return [*out, Check(paired_claim, check.verdict, f"{which} {named}; {check.measured}")]
@@ -674,16 +679,13 @@ def _tuned_comparison(claim: str, paired_claim: str, short: str, pair: tuple[str
 def _tuned_degradation(claim: str, short: str, quad: tuple[str, str, str, str],
                        chosen: Mapping[str, float],
                        per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
-                       rows_of: Callable[[str, bool], Rows | None],
-                       problems: list[str]) -> Check:
+                       rows_of: Callable[[str, bool], Rows | str | None]) -> Check:
     """"X degrades less than FedIT under DP", per row, each run at its level's chosen lr.
 
     ``quad``: X non-private, X private, FedIT non-private, FedIT private.
     """
     seeds, which = _judged_seeds([set(per_seed[a][chosen[a]]) for a in quad])
-    if not seeds:
-        return Check(claim, NOT_MEASURED, "no seed run by all four arms at their chosen lrs")
-    got = _seed_rows(quad, seeds, chosen, rows_of, problems)
+    got = _seed_rows(quad, seeds, chosen, rows_of)
     if isinstance(got, str):
         return Check(claim, NOT_MEASURED, f"{which} {seeds}: {got}")
     plain, private, fedit_plain, fedit_private = (_mean_rows(r) for r in got)
@@ -707,14 +709,18 @@ def _mean_rows(per_seed: list[np.ndarray]) -> np.ndarray:
 
 
 def _seed_rows(arms: tuple[str, ...], seeds: list[int], chosen: Mapping[str, float],
-               rows_of: Callable[[str, bool], Rows | None],
-               problems: list[str]) -> list[list[np.ndarray]] | str:
-    """Per arm, each seed's per-row correctness (floats) at its chosen lr; or why not."""
-    before = len(problems)
+               rows_of: Callable[[str, bool], Rows | str | None]
+               ) -> list[list[np.ndarray]] | str:
+    """Per arm, each seed's per-row correctness (floats) at its chosen lr; or why not (the
+    failed rebuilds' messages, or that some run has no per-row results)."""
     got = [[rows_of(f"{a}-lr{chosen[a]:g}-s{s}", False) for s in seeds] for a in arms]
-    if len(problems) > before or any(r is None for per_arm in got for r in per_arm):
-        return "; ".join(problems[before:]) or "no per-row results for every seed"
-    return [[r[1].astype(float) for r in per_arm if r is not None] for per_arm in got]
+    failed = [r for per_arm in got for r in per_arm if isinstance(r, str)]
+    if failed:
+        return "; ".join(dict.fromkeys(failed))
+    usable = [[r[1].astype(float) for r in per_arm if isinstance(r, tuple)] for per_arm in got]
+    if any(len(per_arm) < len(seeds) for per_arm in usable):
+        return "no per-row results for every seed"
+    return usable
 
 
 def _as_check(claim: str, said: str, measured: str) -> Check:

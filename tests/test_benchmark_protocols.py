@@ -463,11 +463,11 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
                 # non-private: every method chooses the first lr; private: the second
                 best = 0 if level == "nodp" else 1
                 val = np.arange(800) >= (8 if i == best else 80)
-                right = 40  # every non-private model misses the first 40 rows
+                right = 40  # every chosen non-private model misses the first 40 rows
                 if level == "eps3" and i == best:
                     # FedIT loses 80 more rows to privacy, FFA-LoRA none, Fed-SB 4
                     right = {"fedit": 120, "ffa-lora": 40, "fed-sb": 44}[method]
-                elif level == "eps3":
+                elif i != best:
                     right = 0  # an lr not chosen: better on the result rows than the choice
                 run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
                 acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= right, val)
@@ -482,8 +482,23 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
     assert drop.verdict == "holds", drop  # FedIT's drop 0.20 against none
     assert f"chosen lrs {lrs[0]:g}, {lrs[1]:g}, {lrs[0]:g}, {lrs[1]:g}" in drop.measured
     assert "the grid seeds that chose the lrs 0" in drop.measured
+    assert "drop FedIT +0.2000, FFA-LoRA +0.0000" in drop.measured
+    fed_sb = by_claim[f"Fed-SB degrades less than FedIT under DP (eps3, {setting}; paired "
+                      "per row)"]
+    assert fed_sb.verdict == "holds" and "Fed-SB +0.0100" in fed_sb.measured, fed_sb
     private = by_claim[f"ffa-lora matches or beats FedIT ({setting}, eps3)"]
     assert "(lr 0.005)" in private.measured and private.verdict == "holds", private
+    # confirmation seeds: the drop reads only the seeds all four runs have at their chosen lrs
+    for level, method, seeds in (("nodp", "fedit", (1, 2, 3)), ("nodp", "ffa-lora", (1, 2)),
+                                 ("eps3", "fedit", (2, 3)), ("eps3", "ffa-lora", (2, 3))):
+        lr = lrs[0 if level == "nodp" else 1]
+        for seed in seeds:  # a tie on every seed but 2, where FedIT loses 40 rows to privacy
+            right = 80 if (level, method, seed) == ("eps3", "fedit", 2) else 40
+            run = f"{method}-r8-tune10-{level}-lr{lr:g}-s{seed}"
+            acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= right, np.arange(800) >= 8)
+    _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[drop.claim]
+    assert "confirmation seeds 2;" in got.measured and "drop FedIT +0.1000" in got.measured, got
     # without its non-private grid, FFA-LoRA's drop is not measured
     for lr in lrs:
         acc.pop(f"ffa-lora-r8-tune10-nodp-lr{lr:g}-s0")
