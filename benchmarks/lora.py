@@ -596,8 +596,8 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                 checks += [Check(c, NOT_MEASURED, f"no chosen lr ({why})")
                            for c in (claim, paired_claim)]
             else:
-                checks += _tuned_comparison(claim, paired_claim, m, pair, chosen, per_seed,
-                                            rows_of)
+                checks += _tuned_comparison(claim, paired_claim, (m, short), pair, chosen,
+                                            per_seed, rows_of)
             if level == "nodp":
                 continue
             drop_claim = (f"{short} degrades less than FedIT under DP ({level}, {setting_}; "
@@ -651,12 +651,14 @@ def _judged_seeds(seed_sets: list[set[int]]) -> tuple[list[int], str]:
     return seeds, which
 
 
-def _tuned_comparison(claim: str, paired_claim: str, method: str, pair: tuple[str, str],
+def _tuned_comparison(claim: str, paired_claim: str, names: tuple[str, str],
+                      pair: tuple[str, str],
                       chosen: Mapping[str, float],
                       per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
                       rows_of: Callable[[str, bool], Rows | str | None]) -> list[Check]:
-    """"X matches or beats FedIT" at the chosen lrs, unpaired and paired per row; ``pair``:
-    the arms of ``method`` (X) and of FedIT."""
+    """"X matches or beats FedIT" at the chosen lrs, unpaired and paired per row; ``names``:
+    X's method id and display name, ``pair``: the arms of X and of FedIT."""
+    method, short = names
     theirs_at, fedit_at = (per_seed[a][chosen[a]] for a in pair)
     seeds, which = _judged_seeds([set(theirs_at), set(fedit_at)])
     v, fedit = _mean([theirs_at[s] for s in seeds]), _mean([fedit_at[s] for s in seeds])
@@ -670,7 +672,6 @@ def _tuned_comparison(claim: str, paired_claim: str, method: str, pair: tuple[st
     if isinstance(got, str):
         return [*out, Check(paired_claim, NOT_MEASURED, f"{which} {seeds}: {got}")]
     theirs, fedit_rows = (_mean_rows(r) for r in got)
-    short = {"ffa-lora": "FFA-LoRA", "fed-sb": "Fed-SB"}.get(method, method)
     check = improvement_check(paired_claim, paired_change(list(fedit_rows), list(theirs)),
                               lower_is_better=False, name=f"{short} minus FedIT, per row:")
     return [*out, Check(paired_claim, check.verdict, f"{which} {named}; {check.measured}")]
