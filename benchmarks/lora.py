@@ -516,7 +516,9 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     errors). Per private level, "FFA-LoRA (Fed-SB) degrades less than FedIT under DP" is judged
     per row as well: each method's drop is its non-private model's correctness at its
     non-private chosen lr minus its private model's at its private chosen lr, over the seeds
-    all four runs share (confirmation seeds where there are any). ``held`` and ``validation``:
+    all four runs share (confirmation seeds where there are any). Each private level's table is
+    followed by what its tuning spent in privacy (:func:`_sweep_privacy_line`: the grid's runs
+    composed, since the choice releases all of them). ``held`` and ``validation``:
     the rows (made on first need when None). Returns the markdown lines and the checks; nothing
     when no tuning run is in ``acc``.
     """
@@ -580,6 +582,8 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                                                   for lr in tune["lrs"])
                          + f" | {_chosen_cell(arm, chosen, per_seed)} |")
         lines.append("")
+        if level != "nodp":
+            lines += [_sweep_privacy_line(out_dir, level_arms, acc), ""]
 
     checks: list[Check] = []
     for level in levels:
@@ -612,6 +616,67 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                                                  rows_of))
     lines += [*(f"- rebuild failed: {p}" for p in cache.values() if isinstance(p, str)), ""]
     return lines, checks
+
+
+def _sweep_privacy_line(out_dir: Path, level_arms: Mapping[str, str],
+                        acc: Mapping[str, float]) -> str:
+    """What choosing among a private level's grid runs spends: their composed epsilon.
+
+    Every run of a method's grid trains on the same rows (the grid seeds' partitions), and the
+    lr is chosen by comparing their models, so a user who tuned this way would have released
+    all of them (:func:`bouquet.privacy.accountant.sweep_epsilon`). Read from each run's
+    clients' accountant histories (:func:`spent_histories`); a method is left out while some
+    grid run has none.
+    """
+    from bouquet.privacy.accountant import sweep_epsilon
+
+    tune = SMOLLM_TUNING
+    delta = float(SMOLLM["schedule"]["dp.delta"])
+    parts = []
+    for m, arm in level_arms.items():
+        grid = [f"{arm}-lr{lr:g}-s{s}" for lr in tune["lrs"] for s in tune["grid-seeds"]]
+        if any(run not in acc for run in grid):
+            parts.append(f"{m} — (grid incomplete)")
+            continue
+        spent = [spent_histories(out_dir, run) for run in grid]
+        if any(not s for s in spent):
+            parts.append(f"{m} — (no client histories for every grid run)")
+            continue
+        runs_ = [s for s in spent if s]
+        one = max(sweep_epsilon([r], delta) for r in runs_)
+        parts.append(f"{m} {sweep_epsilon(runs_, delta):.2f} (one run {one:.2f})")
+    return (f"Privacy spent by the tuning itself: a method's {len(tune['lrs'])} grid runs "
+            f"(grid seeds {', '.join(map(str, tune['grid-seeds']))}) read the same training "
+            "rows and the choice compares their models, so tuning this way releases all of "
+            f"them: their composed epsilon at delta {delta:g} (RDP, each run's worst client) "
+            "is " + "; ".join(parts) + ". The confirmation seeds measure the choice and are "
+            "not counted: they are no part of tuning.")
+
+
+def spent_histories(out_dir: Path, run: str) -> list[list[tuple[float, float, int]]] | None:
+    """Each client's accountant history of a finished run (``[]`` for a non-private one).
+
+    Read from the run's saved node state (``RUN/client-state/partition-<id>``,
+    :func:`bouquet.clients.persistence.spent_history`) and kept in ``RUN/privacy.json``, so a
+    folder without its node state (the committed runs) still has them. None when the run has
+    neither.
+    """
+    import json
+
+    from bouquet.clients.persistence import spent_history
+
+    folder = out_dir / run
+    cache = folder / "privacy.json"
+    states = sorted((folder / "client-state").glob("partition-*"),
+                    key=lambda p: int(p.name.split("-")[1]))
+    if states:
+        got = [spent_history(p, int(p.name.split("-")[1])) for p in states]
+        cache.write_text(json.dumps({"clients": got}) + "\n")
+        return got
+    if not cache.is_file():
+        return None
+    return [[(float(s), float(q), int(n)) for s, q, n in h]
+            for h in json.loads(cache.read_text())["clients"]]
 
 
 def tuning_levels() -> list[str]:

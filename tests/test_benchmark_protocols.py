@@ -507,6 +507,52 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
     assert got.verdict == "not measured" and "grid incomplete" in got.measured
 
 
+def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: Path) -> None:
+    """Choosing among a private grid's runs releases all of them: the report prints their
+    composed epsilon, read from the clients' saved state and kept for the committed runs."""
+    import json
+    import shutil
+
+    import numpy as np
+    from flwr.app import ConfigRecord, Context, RecordDict
+
+    from bouquet.clients.persistence import ACCOUNTANT_KEY, NodeStore, persist, restore
+    from bouquet.privacy.accountant import sweep_epsilon
+
+    suite = load_suite("lora")
+    lrs = suite.SMOLLM_TUNING["lrs"]
+    acc: dict[str, float] = {}
+    history = [(0.66, 0.0094, 20)]
+    for method in ("fedit", "ffa-lora"):
+        for lr in lrs:
+            run = f"{method}-r8-tune10-eps3-lr{lr:g}-s0"
+            acc[run] = _tuning_run(tmp_path / run, np.arange(400) >= 40, np.arange(800) >= 8)
+            if method == "ffa-lora" and lr == lrs[-1]:
+                continue  # one grid run without its clients' state
+            for pid in (0, 1):
+                ctx = Context(7, pid, {"partition-id": pid, "num-partitions": 2}, RecordDict(),
+                              {})
+                store = NodeStore(tmp_path / run / "client-state" / f"partition-{pid}", pid, 7,
+                                  False)
+                restore(ctx, store, 2)
+                ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps(history)})
+                persist(ctx, store, 2)
+    composed = sweep_epsilon([[history]] * len(lrs), 1e-5)
+    lines, _ = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    said = next(line for line in lines if line.startswith("Privacy spent by the tuning"))
+    assert f"fedit {composed:.2f} (one run {sweep_epsilon([[history]], 1e-5):.2f})" in said
+    assert "ffa-lora — (no client histories for every grid run)" in said
+    assert composed > sweep_epsilon([[history]], 1e-5) + 0.1
+    # the committed runs keep privacy.json, not the node state
+    for lr in lrs:
+        shutil.rmtree(tmp_path / f"fedit-r8-tune10-eps3-lr{lr:g}-s0" / "client-state")
+    again, _ = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    assert said in again
+    lines, _ = suite.tuning_report(tmp_path, {r: a for r, a in acc.items() if "-lr0.05-" not in r},
+                                   _OWN, _VALIDATION)
+    assert "fedit — (grid incomplete)" in "\n".join(lines)
+
+
 def test_lora_tuning_refuses_validation_rows_of_a_model_that_is_not_the_runs(
         tmp_path: Path) -> None:
     """Validation rows are read only after the rebuilt model scored the run's own accuracy."""

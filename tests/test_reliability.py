@@ -351,6 +351,29 @@ def test_a_new_run_under_the_same_name_does_not_inherit_the_calibration(tmp_path
     assert "dp.calibration" in back.state  # a resume restores it, and the node checks it
 
 
+def test_spent_history_reads_the_longest_saved_accountant_of_a_finished_run(
+        tmp_path: Path) -> None:
+    """What a finished run's client released is read back from its saved versions (the sweep
+    epsilon of the LoRA tuning grid reads it); a corrupt version is refused, not skipped."""
+    from bouquet.clients.persistence import ACCOUNTANT_KEY, spent_history
+
+    folder = tmp_path / "partition-0"
+    store = NodeStore(folder, 0, 7, False)
+    ctx = _context()
+    for rnd in (1, 2, 3):
+        restore(ctx, store, rnd)
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps([[0.7, 0.01, 10 * rnd]])})
+        persist(ctx, store, rnd)
+    assert spent_history(folder, 0) == [(0.7, 0.01, 30)]
+    assert spent_history(tmp_path / "partition-9", 9) == []  # a node that saved nothing
+    with pytest.raises(StateRestoreError, match="partition 0"):
+        spent_history(folder, 1)  # another partition's folder
+    newest = max(folder.glob("*.state"))
+    newest.write_bytes(newest.read_bytes()[:-3])
+    with pytest.raises(StateRestoreError, match="checksum"):
+        spent_history(folder, 0)
+
+
 def test_a_resume_before_every_saved_round_keeps_the_calibration(tmp_path: Path) -> None:
     """Every saved version is of a round the resumed server never finished: the accountant alone
     used to be carried, so the node's calibration record was lost and the resumed run could

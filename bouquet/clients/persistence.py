@@ -340,6 +340,16 @@ def carry_spent_privacy(store: NodeStore, done: list[Version], restored: RecordD
     Returns the state to restore (a fresh one holding only the accountant when ``restored`` is
     None and some version had an accountant).
     """
+    best = _longest_accountant(store, done)
+    if best is None:
+        return restored
+    out = restored if restored is not None else RecordDict()
+    out[ACCOUNTANT_KEY] = best
+    return out
+
+
+def _longest_accountant(store: NodeStore, done: list[Version]) -> ConfigRecord | None:
+    """The accountant record with the most steps among ``done`` (ties: the newest), or None."""
     best: ConfigRecord | None = None
     best_steps = -1
     for version in done:
@@ -349,11 +359,28 @@ def carry_spent_privacy(store: NodeStore, done: list[Version], restored: RecordD
             steps = sum(int(h[2]) for h in json.loads(str(rec.get("history", "[]"))))
             if steps >= best_steps:
                 best, best_steps = rec, steps
-    if best is None:
-        return restored
-    out = restored if restored is not None else RecordDict()
-    out[ACCOUNTANT_KEY] = best
-    return out
+    return best
+
+
+def spent_history(folder: Path, partition_id: int) -> list[tuple[float, float, int]]:
+    """The privacy a partition's node spent, as saved in its folder (empty when none).
+
+    The accountant history (``[(noise_multiplier, sample_rate, steps), ...]``, the input of
+    :class:`bouquet.privacy.accountant.ClientAccountant`) with the most steps among the
+    folder's complete versions, as :func:`carry_spent_privacy` restores it: what a finished
+    run's client released, read after the run (``<state-dir>/<run>/partition-<id>``).
+
+    Raises
+    ------
+    StateRestoreError
+        If a version is corrupt or belongs to another partition.
+
+    """
+    store = NodeStore(folder, partition_id, run_id=0, resumed=True)
+    rec = _longest_accountant(store, store.complete())
+    if rec is None:
+        return []
+    return [(float(s), float(q), int(n)) for s, q, n in json.loads(str(rec.get("history", "[]")))]
 
 
 def carry_calibrations(store: NodeStore, done: list[Version], restored: RecordDict | None

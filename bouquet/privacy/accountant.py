@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from opacus.accountants import RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
@@ -149,6 +151,49 @@ def keep_calibration(state: NodeState, noise_multiplier: float, rounds: int,
             f"{who}: refusing to train: this client's earlier releases used noise multiplier "
             f"{was_sigma:.6g}; this message's run config gives {noise_multiplier:.6g}, which "
             "would change the noise mid-run")
+
+
+def sweep_epsilon(runs: Sequence[Sequence[Sequence[tuple[float, float, int]]]],
+                  delta: float) -> float:
+    """Epsilon of several DP-SGD runs that read the same training rows (a hyperparameter sweep).
+
+    A user who trains several models on the same private rows (one per learning rate of a grid,
+    say) and keeps the best releases, through that choice, something of every one of them: their
+    privacy losses compose, whatever each run reports alone (Papernot and Steinke,
+    "Hyperparameter Tuning with Renyi Differential Privacy", ICLR 2022, Sec. 1). Each run is
+    given as its clients' accountant histories (:class:`ClientAccountant`); a row sits on one
+    client of a run, but not necessarily the same client in every run, so each run counts with
+    the largest Renyi divergence of any of its clients, order by order, and the runs' curves add
+    (Mironov 2017, Prop. 1) before the conversion at ``delta`` that Opacus's accountant uses.
+
+    Parameters
+    ----------
+    runs : sequence of runs, each a sequence of client histories
+        ``[(noise_multiplier, sample_rate, steps), ...]`` per client of each run.
+    delta : float
+        The delta of the whole sweep.
+
+    Returns
+    -------
+    float
+        An upper bound on the sweep's epsilon at ``delta`` (0 when nothing was released).
+
+    """
+    from opacus.accountants.analysis import rdp as rdp_analysis
+
+    orders = list(RDPAccountant.DEFAULT_ALPHAS)
+    total = np.zeros(len(orders))
+    for clients in runs:
+        curves = [sum((np.asarray(rdp_analysis.compute_rdp(q=q, noise_multiplier=s, steps=n,
+                                                           orders=orders))
+                       for s, q, n in history if n > 0), np.zeros(len(orders)))
+                  for history in clients]
+        if curves:
+            total += np.max(curves, axis=0)
+    if not total.any():
+        return 0.0
+    eps, _ = rdp_analysis.get_privacy_spent(orders=orders, rdp=total, delta=delta)
+    return float(eps)
 
 
 def dp_events(sampling: str, batch_size: int, n: int, steps: int) -> tuple[float, int]:
