@@ -81,6 +81,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -625,58 +626,101 @@ def _sweep_privacy_line(out_dir: Path, level_arms: Mapping[str, str],
     Every run of a method's grid trains on the same rows (the grid seeds' partitions), and the
     lr is chosen by comparing their models, so a user who tuned this way would have released
     all of them (:func:`bouquet.privacy.accountant.sweep_epsilon`). Read from each run's
-    clients' accountant histories (:func:`spent_histories`); a method is left out while some
-    grid run has none.
+    clients' accountant histories (:func:`spent_histories`); a method is left out, with the
+    reason, while some grid run has none or they do not account for the run.
     """
+    from bouquet.clients.persistence import StateRestoreError
     from bouquet.privacy.accountant import sweep_epsilon
 
     tune = SMOLLM_TUNING
     delta = float(SMOLLM["schedule"]["dp.delta"])
     parts = []
+    grid_runs = 0
     for m, arm in level_arms.items():
         grid = [f"{arm}-lr{lr:g}-s{s}" for lr in tune["lrs"] for s in tune["grid-seeds"]]
+        grid_runs = len(grid)
         if any(run not in acc for run in grid):
             parts.append(f"{m} — (grid incomplete)")
             continue
-        spent = [spent_histories(out_dir, run) for run in grid]
-        if any(not s for s in spent):
+        try:
+            spent = [spent_histories(out_dir, run) for run in grid]
+        except (StateRestoreError, ValueError, KeyError, TypeError, OSError) as exc:
+            parts.append(f"{m} — (unreadable client state: {exc})")
+            continue
+        runs_ = [s for s in spent if s is not None]
+        if len(runs_) < len(grid):
             parts.append(f"{m} — (no client histories for every grid run)")
             continue
-        runs_ = [s for s in spent if s]
-        one = max(sweep_epsilon([r], delta) for r in runs_)
-        parts.append(f"{m} {sweep_epsilon(runs_, delta):.2f} (one run {one:.2f})")
-    return (f"Privacy spent by the tuning itself: a method's {len(tune['lrs'])} grid runs "
-            f"(grid seeds {', '.join(map(str, tune['grid-seeds']))}) read the same training "
-            "rows and the choice compares their models, so tuning this way releases all of "
-            f"them: their composed epsilon at delta {delta:g} (RDP, each run's worst client) "
-            "is " + "; ".join(parts) + ". The confirmation seeds measure the choice and are "
-            "not counted: they are no part of tuning.")
+        costliest = max(sweep_epsilon([r], delta) for r in runs_)
+        parts.append(f"{m} {sweep_epsilon(runs_, delta):.2f} (costliest single run "
+                     f"{costliest:.2f})")
+    seeds = ", ".join(map(str, tune["grid-seeds"]))
+    return (f"Privacy spent by the tuning itself: a method's {grid_runs} grid runs (grid seeds "
+            f"{seeds}) read the same training rows and the choice compares their models, so "
+            "tuning this way releases something of each (Papernot and Steinke 2022), bounded "
+            f"by their composition at delta {delta:g} (RDP, each run's worst client, order by "
+            "order): " + "; ".join(parts) + ". Not counted: the held-out rows that choose, which "
+            "no epsilon covers, and the confirmation seeds, which measure the choice (a model "
+            "retrained at the chosen lr would add its own run).")
+
+
+_PARTITION = re.compile(r"^partition-(\d+)$")
 
 
 def spent_histories(out_dir: Path, run: str) -> list[list[tuple[float, float, int]]] | None:
-    """Each client's accountant history of a finished run (``[]`` for a non-private one).
+    """Each client's accountant history of a finished private run, checked against the run.
 
     Read from the run's saved node state (``RUN/client-state/partition-<id>``,
-    :func:`bouquet.clients.persistence.spent_history`) and kept in ``RUN/privacy.json``, so a
-    folder without its node state (the committed runs) still has them. None when the run has
-    neither.
+    :func:`bouquet.clients.persistence.spent_history`) and kept in ``RUN/privacy.json`` under
+    a digest of the run's config and reported privacy, so a folder without its node state (the
+    committed runs) still has them, and a cache of another run is refused. None when the run
+    has neither.
+
+    Raises
+    ------
+    ValueError
+        If the histories do not account for the run: fewer clients than it had, a client that
+        recorded nothing, a one-run epsilon below the one the run reported, or a stale cache.
+    StateRestoreError
+        If a saved version is corrupt.
+
     """
+    import hashlib
     import json
 
-    from bouquet.clients.persistence import spent_history
+    from bouquet.clients.persistence import parse_history, spent_history
+    from bouquet.privacy.accountant import sweep_epsilon
+    from bouquet.strategies.checkpoint import atomic_write
 
     folder = out_dir / run
+    summary = json.loads((folder / "summary.json").read_text())
+    privacy = summary["privacy"]
+    key = hashlib.sha256((folder / "config.yaml").read_bytes()
+                         + repr((privacy["epsilon"], privacy["delta"])).encode()).hexdigest()
+    states = {int(m[1]): p for p in (folder / "client-state").glob("partition-*")
+              if (m := _PARTITION.match(p.name))}
     cache = folder / "privacy.json"
-    states = sorted((folder / "client-state").glob("partition-*"),
-                    key=lambda p: int(p.name.split("-")[1]))
     if states:
-        got = [spent_history(p, int(p.name.split("-")[1])) for p in states]
-        cache.write_text(json.dumps({"clients": got}) + "\n")
-        return got
-    if not cache.is_file():
+        got = [spent_history(states[pid], pid) for pid in sorted(states)]
+    elif cache.is_file():
+        data = json.loads(cache.read_text())
+        if data.get("key") != key:
+            raise ValueError(f"{run}: privacy.json was written for another run (its config or "
+                             "reported privacy differ)")
+        got = [parse_history(h) for h in data["clients"]]
+    else:
         return None
-    return [[(float(s), float(q), int(n)) for s, q, n in h]
-            for h in json.loads(cache.read_text())["clients"]]
+    clients = int(json.loads((folder / "bench.json").read_text())["clients"])
+    if len(got) != clients or not all(got):
+        raise ValueError(f"{run}: {sum(map(bool, got))} of its {clients} clients have a history")
+    one = sweep_epsilon([got], float(privacy["delta"]))
+    if one < float(privacy["epsilon"]) - 1e-6:
+        raise ValueError(f"{run}: the histories give epsilon {one:.4f}, below the "
+                         f"{float(privacy['epsilon']):.4f} the run reported")
+    if states:
+        atomic_write(cache, (json.dumps({"key": key, "clients": got}) + "\n").encode(),
+                     fsync=False)
+    return got
 
 
 def tuning_levels() -> list[str]:

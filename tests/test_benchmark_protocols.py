@@ -509,7 +509,8 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
 
 def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: Path) -> None:
     """Choosing among a private grid's runs releases all of them: the report prints their
-    composed epsilon, read from the clients' saved state and kept for the committed runs."""
+    composed epsilon, read from the clients' saved state and kept for the committed runs; a
+    run whose histories do not account for it is named, never counted as free."""
     import json
     import shutil
 
@@ -523,31 +524,50 @@ def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: 
     lrs = suite.SMOLLM_TUNING["lrs"]
     acc: dict[str, float] = {}
     history = [(0.66, 0.0094, 20)]
-    for method in ("fedit", "ffa-lora"):
+    one = sweep_epsilon([[history]], 1e-5)
+
+    def save(run: str, pid: int) -> None:
+        ctx = Context(7, pid, {"partition-id": pid, "num-partitions": 2}, RecordDict(), {})
+        store = NodeStore(tmp_path / run / "client-state" / f"partition-{pid}", pid, 7, False)
+        restore(ctx, store, 2)
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps(history)})
+        persist(ctx, store, 2)
+
+    for method in ("fedit", "ffa-lora", "fed-sb"):
         for lr in lrs:
             run = f"{method}-r8-tune10-eps3-lr{lr:g}-s0"
             acc[run] = _tuning_run(tmp_path / run, np.arange(400) >= 40, np.arange(800) >= 8)
+            (tmp_path / run / "bench.json").write_text(json.dumps({"clients": 2}))
+            (tmp_path / run / "summary.json").write_text(json.dumps(
+                {"privacy": {"epsilon": one, "delta": 1e-5}}))
             if method == "ffa-lora" and lr == lrs[-1]:
                 continue  # one grid run without its clients' state
-            for pid in (0, 1):
-                ctx = Context(7, pid, {"partition-id": pid, "num-partitions": 2}, RecordDict(),
-                              {})
-                store = NodeStore(tmp_path / run / "client-state" / f"partition-{pid}", pid, 7,
-                                  False)
-                restore(ctx, store, 2)
-                ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps(history)})
-                persist(ctx, store, 2)
+            for pid in (0, 1) if method != "fed-sb" or lr != lrs[0] else (0,):
+                save(run, pid)  # Fed-SB: one run has lost a client's state
     composed = sweep_epsilon([[history]] * len(lrs), 1e-5)
     lines, _ = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
     said = next(line for line in lines if line.startswith("Privacy spent by the tuning"))
-    assert f"fedit {composed:.2f} (one run {sweep_epsilon([[history]], 1e-5):.2f})" in said
+    assert f"a method's {len(lrs)} grid runs" in said
+    assert f"fedit {composed:.2f} (costliest single run {one:.2f})" in said
+    assert composed > one + 0.1
     assert "ffa-lora — (no client histories for every grid run)" in said
-    assert composed > sweep_epsilon([[history]], 1e-5) + 0.1
+    assert "fed-sb — (unreadable client state: " in said and "1 of its 2 clients" in said
     # the committed runs keep privacy.json, not the node state
     for lr in lrs:
         shutil.rmtree(tmp_path / f"fedit-r8-tune10-eps3-lr{lr:g}-s0" / "client-state")
     again, _ = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
     assert said in again
+    # a cache left by another run in the same folder is refused
+    (tmp_path / f"fedit-r8-tune10-eps3-lr{lrs[1]:g}-s0" / "config.yaml").write_text("other\n")
+    lines, _ = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    assert "fedit — (unreadable client state: " in "\n".join(lines)
+    assert "written for another run" in "\n".join(lines)
+    # a run reporting more than its histories give is not accounted for by them
+    run = f"ffa-lora-r8-tune10-eps3-lr{lrs[0]:g}-s0"
+    (tmp_path / run / "summary.json").write_text(json.dumps(
+        {"privacy": {"epsilon": one + 0.5, "delta": 1e-5}}))
+    with pytest.raises(ValueError, match="below the"):
+        suite.spent_histories(tmp_path, run)
     lines, _ = suite.tuning_report(tmp_path, {r: a for r, a in acc.items() if "-lr0.05-" not in r},
                                    _OWN, _VALIDATION)
     assert "fedit — (grid incomplete)" in "\n".join(lines)

@@ -356,7 +356,7 @@ def _longest_accountant(store: NodeStore, done: list[Version]) -> ConfigRecord |
         state = store.load(version)
         if ACCOUNTANT_KEY in state.config_records:
             rec = state.config_records[ACCOUNTANT_KEY]
-            steps = sum(int(h[2]) for h in json.loads(str(rec.get("history", "[]"))))
+            steps = sum(n for _, _, n in parse_history(rec.get("history", "[]")))
             if steps >= best_steps:
                 best, best_steps = rec, steps
     return best
@@ -378,9 +378,23 @@ def spent_history(folder: Path, partition_id: int) -> list[tuple[float, float, i
     """
     store = NodeStore(folder, partition_id, run_id=0, resumed=True)
     rec = _longest_accountant(store, store.complete())
-    if rec is None:
-        return []
-    return [(float(s), float(q), int(n)) for s, q, n in json.loads(str(rec.get("history", "[]")))]
+    return [] if rec is None else parse_history(rec.get("history", "[]"))
+
+
+def parse_history(raw: object) -> list[tuple[float, float, int]]:
+    """An accountant history as stored (JSON ``[[sigma, q, steps], ...]``, or that list), typed.
+
+    Raises
+    ------
+    ValueError
+        If it is not such a list.
+
+    """
+    try:
+        entries = raw if isinstance(raw, list) else json.loads(str(raw))
+        return [(float(s), float(q), int(n)) for s, q, n in entries]
+    except (TypeError, ValueError) as exc:  # json's JSONDecodeError is a ValueError
+        raise ValueError(f"not an accountant history: {str(raw)[:80]!r} ({exc})") from exc
 
 
 def carry_calibrations(store: NodeStore, done: list[Version], restored: RecordDict | None

@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 from opacus.accountants import RDPAccountant
+from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.utils import get_noise_multiplier
 
+from bouquet.clients.persistence import parse_history
 from bouquet.node_state import NodeState
 
 STATE_NAMESPACE = "dp"
@@ -65,7 +67,7 @@ class ClientAccountant:
         self.history: list[tuple[float, float, int]] = []
         if state is not None:
             raw = state.values(STATE_NAME).get("history", "[]")
-            self.history = [(float(s), float(q), int(n)) for s, q, n in json.loads(str(raw))]
+            self.history = parse_history(raw)
 
     @staticmethod
     def epsilon_of(history: list[tuple[float, float, int]], delta: float) -> float:
@@ -157,21 +159,25 @@ def sweep_epsilon(runs: Sequence[Sequence[Sequence[tuple[float, float, int]]]],
                   delta: float) -> float:
     """Epsilon of several DP-SGD runs that read the same training rows (a hyperparameter sweep).
 
-    A user who trains several models on the same private rows (one per learning rate of a grid,
-    say) and keeps the best releases, through that choice, something of every one of them: their
-    privacy losses compose, whatever each run reports alone (Papernot and Steinke,
-    "Hyperparameter Tuning with Renyi Differential Privacy", ICLR 2022, Sec. 1). Each run is
-    given as its clients' accountant histories (:class:`ClientAccountant`); a row sits on one
-    client of a run, but not necessarily the same client in every run, so each run counts with
-    the largest Renyi divergence of any of its clients, order by order, and the runs' curves add
-    (Mironov 2017, Prop. 1) before the conversion at ``delta`` that Opacus's accountant uses.
+    Each run's epsilon covers that run alone. A user who trains several models on the same
+    private rows (one per learning rate of a grid, say) and keeps the best one releases, through
+    that choice, something of every run: Papernot and Steinke ("Hyperparameter Tuning with Renyi
+    Differential Privacy", ICLR 2022) show that the choice can leak more than one run does. This
+    bounds it by plain composition of all the runs, valid for any rule of choice, and growing
+    with the size of the grid (their randomised number of runs would grow more slowly; it is
+    not what a fixed grid does). Each run is given as its clients' accountant histories
+    (:class:`ClientAccountant`); a row sits on at most one client of a run, though not
+    necessarily the same client in every run, so each run counts with the largest Renyi
+    divergence of any of its clients, order by order, and the runs' curves add (Mironov,
+    "Renyi Differential Privacy", CSF 2017, Prop. 1) before one conversion at ``delta``, the one
+    Opacus' accountant uses. Data that chooses among the runs (held-out rows) is not covered.
 
     Parameters
     ----------
     runs : sequence of runs, each a sequence of client histories
         ``[(noise_multiplier, sample_rate, steps), ...]`` per client of each run.
     delta : float
-        The delta of the whole sweep.
+        The delta of the whole sweep, in (0, 1).
 
     Returns
     -------
@@ -179,21 +185,28 @@ def sweep_epsilon(runs: Sequence[Sequence[Sequence[tuple[float, float, int]]]],
         An upper bound on the sweep's epsilon at ``delta`` (0 when nothing was released).
 
     """
-    from opacus.accountants.analysis import rdp as rdp_analysis
-
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     orders = list(RDPAccountant.DEFAULT_ALPHAS)
     total = np.zeros(len(orders))
     for clients in runs:
-        curves = [sum((np.asarray(rdp_analysis.compute_rdp(q=q, noise_multiplier=s, steps=n,
-                                                           orders=orders))
-                       for s, q, n in history if n > 0), np.zeros(len(orders)))
-                  for history in clients]
+        curves = [_rdp_curve(history, orders) for history in clients]
         if curves:
             total += np.max(curves, axis=0)
     if not total.any():
         return 0.0
     eps, _ = rdp_analysis.get_privacy_spent(orders=orders, rdp=total, delta=delta)
     return float(eps)
+
+
+def _rdp_curve(history: Sequence[tuple[float, float, int]], orders: list[float]) -> np.ndarray:
+    """Renyi divergence of one client's history at each of ``orders`` (Opacus' analysis)."""
+    total = np.zeros(len(orders))
+    for sigma, q, steps in history:
+        if steps > 0:
+            total += np.asarray(rdp_analysis.compute_rdp(q=q, noise_multiplier=sigma,
+                                                         steps=steps, orders=orders))
+    return total
 
 
 def dp_events(sampling: str, batch_size: int, n: int, steps: int) -> tuple[float, int]:

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from dp_accounting import dp_event
 from dp_accounting.pld import PLDAccountant
+from dp_events import dpsgd_step
 from flwr.app import RecordDict
 from opacus.optimizers import DPOptimizer
 
@@ -128,8 +128,7 @@ def true_epsilon(steps: list[dict[str, Any]], rounds: list[int], n: int, samplin
                 events[(1.0, min(s["sigma"] for s in epoch))] += 1
     acc = PLDAccountant()
     for (rate, sigma), count in events.items():  # composition commutes
-        gauss = dp_event.GaussianDpEvent(sigma)
-        acc.compose(gauss if rate >= 1.0 else dp_event.PoissonSampledDpEvent(rate, gauss), count)
+        acc.compose(dpsgd_step(rate, sigma), count)
     return float(acc.get_epsilon(DELTA))
 
 

@@ -12,6 +12,7 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
+from dp_events import dpsgd_step
 
 from bouquet.privacy.accountant import ClientAccountant, sweep_epsilon
 
@@ -22,9 +23,7 @@ RUN = [(0.65765380859375, 0.00936768149882904, 20)]
 
 def _event(history: list[tuple[float, float, int]]) -> dp_accounting.DpEvent:
     return dp_accounting.ComposedDpEvent([
-        dp_accounting.SelfComposedDpEvent(
-            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(s)), n)
-        for s, q, n in history])
+        dp_accounting.SelfComposedDpEvent(dpsgd_step(q, s), n) for s, q, n in history])
 
 
 def _second(history: list[tuple[float, float, int]]) -> tuple[float, float]:
@@ -54,6 +53,18 @@ def test_a_sweep_counts_each_runs_worst_client_even_when_it_is_another_client() 
     assert got > sweep_epsilon([[low, high], [low, low]], DELTA)
 
 
-def test_a_sweep_without_releases_spends_nothing() -> None:
+def test_a_run_counts_its_clients_worst_divergence_order_by_order() -> None:
+    """Clients whose RDP curves cross: the run costs more than either client alone (the larger
+    epsilon of the two would under-count), and no more than both composed."""
+    a, b = [(0.5, 0.001, 200)], [(2.0, 0.2, 20)]
+    got = sweep_epsilon([[a, b]], DELTA)
+    alone = max(ClientAccountant.epsilon_of(a, DELTA), ClientAccountant.epsilon_of(b, DELTA))
+    assert got > alone + 0.05
+    assert got <= _second(a + b)[0] * (1 + 1e-3)
+
+
+def test_a_sweep_without_releases_spends_nothing_and_refuses_a_bad_delta() -> None:
     assert sweep_epsilon([], DELTA) == 0.0
     assert sweep_epsilon([[[], []]], DELTA) == 0.0
+    with pytest.raises(ValueError, match="delta"):
+        sweep_epsilon([[RUN]], 0.0)
