@@ -688,8 +688,9 @@ def spent_histories(out_dir: Path, run: str) -> list[list[tuple[float, float, in
     import hashlib
     import json
 
-    from bouquet.clients.persistence import parse_history, spent_history
+    from bouquet.clients.persistence import spent_history
     from bouquet.privacy.accountant import sweep_epsilon
+    from bouquet.privacy.history import parse_history
     from bouquet.strategies.checkpoint import atomic_write
 
     folder = out_dir / run

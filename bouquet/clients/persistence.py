@@ -77,6 +77,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
+from bouquet.privacy.history import parse_history
 from bouquet.strategies.checkpoint import (
     META_FILE,
     CheckpointError,
@@ -379,22 +380,6 @@ def spent_history(folder: Path, partition_id: int) -> list[tuple[float, float, i
     store = NodeStore(folder, partition_id, run_id=0, resumed=True)
     rec = _longest_accountant(store, store.complete())
     return [] if rec is None else parse_history(rec.get("history", "[]"))
-
-
-def parse_history(raw: object) -> list[tuple[float, float, int]]:
-    """An accountant history as stored (JSON ``[[sigma, q, steps], ...]``, or that list), typed.
-
-    Raises
-    ------
-    ValueError
-        If it is not such a list.
-
-    """
-    try:
-        entries = raw if isinstance(raw, list) else json.loads(str(raw))
-        return [(float(s), float(q), int(n)) for s, q, n in entries]
-    except (TypeError, ValueError) as exc:  # json's JSONDecodeError is a ValueError
-        raise ValueError(f"not an accountant history: {str(raw)[:80]!r} ({exc})") from exc
 
 
 def carry_calibrations(store: NodeStore, done: list[Version], restored: RecordDict | None

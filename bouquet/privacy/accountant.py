@@ -24,8 +24,8 @@ from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis import rdp as rdp_analysis
 from opacus.accountants.utils import get_noise_multiplier
 
-from bouquet.clients.persistence import parse_history
 from bouquet.node_state import NodeState
+from bouquet.privacy.history import parse_history
 
 STATE_NAMESPACE = "dp"
 STATE_NAME = "accountant"
