@@ -57,7 +57,9 @@ non-private, on one grid shared by all three (0.002, 0.005, 0.01, 0.02, 0.05; 0.
 session 23, since FedIT's best sat at the lowest lr of the first grid), choosing on held-out rows
 400-1199 (validation) and reporting on the 400 result rows (:func:`tuning_report`); the same
 grid, tuned apart, for the private runs at eps 3 (the ``smollm10`` private run but for its lr;
-session 23), whose chosen lrs give a DP ordering with every arm tuned. Its runs are named
+session 23), whose chosen lrs give a DP ordering with every arm tuned; the private grid goes
+one step further, to 0.1, for every method (session 25: Fed-SB's private choice sat at 0.05,
+the shared grid's upper edge). Its runs are named
 ``<method>-r8-tune10-<nodp|eps3>-lr<lr>-s<seed>`` and kept out of every other check.
 The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
 model's zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed
@@ -155,10 +157,12 @@ SMOLLM_EVAL_ROWS = 400
 #: are read on, so the choice does not see them; ties go to the smaller lr), and its result is
 #: that lr's final accuracy on the 400 rows (``seeds`` lists those a run may use: the grid's,
 #: then confirmation seeds at the chosen lr, which the comparison reads where there are any:
-#: :func:`tuning_report`).
+#: :func:`tuning_report`). ``beyond`` extends one level's grid past the shared one, for every
+#: method of that level alike (:func:`tuning_lrs`): where a choice sat at the grid's edge.
 SMOLLM_TUNING: dict[str, Any] = {
     "label": "tune10", "variant": "smollm10", "lrs": (0.002, 0.005, 0.01, 0.02, 0.05),
     "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200), "epsilons": (3.0,),
+    "beyond": {"eps3": (0.1,)},
 }
 
 
@@ -227,7 +231,7 @@ def smollm_runs() -> list[BenchRun]:
         private = {} if eps is None else {"dp.enabled": True, "dp.target-epsilon": eps}
         for method in SMOLLM["lr"]:
             arm = f"{method}-r{rank}-{tune['label']}-{level}"
-            for lr in tune["lrs"]:
+            for lr in tuning_lrs(level):
                 for seed in tune["seeds"]:
                     cfg = {**_smollm_base(method, tune["variant"], lr), **private, "seed": seed}
                     out.append(BenchRun(f"{arm}-lr{lr:g}-s{seed}", cfg, clients=CLIENTS,
@@ -561,13 +565,14 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
         level_arms = {m: arms[m, level] for m in SMOLLM["lr"]}
         if not any(a in per_seed for a in level_arms.values()):
             continue
+        lrs = tuning_lrs(level)
         lines += [f"{level_name(level)}:", "",
-                  "| method | " + " | ".join(f"lr {lr:g}" for lr in tune["lrs"])
+                  "| method | " + " | ".join(f"lr {lr:g}" for lr in lrs)
                   + " | chosen lr | result at the chosen lr (seeds) |",
-                  "|---|" + "---|" * (len(tune["lrs"]) + 2)]
+                  "|---|" + "---|" * (len(lrs) + 2)]
         for m, arm in level_arms.items():
             val: dict[float, float] = {}
-            for lr in tune["lrs"]:
+            for lr in lrs:
                 scores = []
                 for seed in tune["grid-seeds"]:
                     run = f"{arm}-lr{lr:g}-s{seed}"
@@ -577,14 +582,14 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                     scores.append(float(got[1].mean()))
                 else:
                     val[lr] = _mean(scores)
-            if len(val) == len(tune["lrs"]):
+            if len(val) == len(lrs):
                 chosen[arm] = max(sorted(val), key=lambda x: val[x])
             lines.append(f"| {m} | " + " | ".join(_tuning_cell(val.get(lr), per_seed, arm, lr)
-                                                  for lr in tune["lrs"])
+                                                  for lr in lrs)
                          + f" | {_chosen_cell(arm, chosen, per_seed)} |")
         lines.append("")
         if level != "nodp":
-            lines += [_sweep_privacy_line(out_dir, level_arms, acc), ""]
+            lines += [_sweep_privacy_line(out_dir, level, level_arms, acc), ""]
 
     checks: list[Check] = []
     for level in levels:
@@ -619,7 +624,7 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     return lines, checks
 
 
-def _sweep_privacy_line(out_dir: Path, level_arms: Mapping[str, str],
+def _sweep_privacy_line(out_dir: Path, level: str, level_arms: Mapping[str, str],
                         acc: Mapping[str, float]) -> str:
     """What choosing among a private level's grid runs spends: their composed epsilon.
 
@@ -635,10 +640,9 @@ def _sweep_privacy_line(out_dir: Path, level_arms: Mapping[str, str],
     tune = SMOLLM_TUNING
     delta = float(SMOLLM["schedule"]["dp.delta"])
     parts = []
-    grid_runs = 0
+    grid_runs = len(tuning_lrs(level)) * len(tune["grid-seeds"])
     for m, arm in level_arms.items():
-        grid = [f"{arm}-lr{lr:g}-s{s}" for lr in tune["lrs"] for s in tune["grid-seeds"]]
-        grid_runs = len(grid)
+        grid = [f"{arm}-lr{lr:g}-s{s}" for lr in tuning_lrs(level) for s in tune["grid-seeds"]]
         if any(run not in acc for run in grid):
             parts.append(f"{m} — (grid incomplete)")
             continue
@@ -727,6 +731,12 @@ def spent_histories(out_dir: Path, run: str) -> list[list[tuple[float, float, in
 def tuning_levels() -> list[str]:
     """The privacy levels :data:`SMOLLM_TUNING` tunes: ``nodp``, then ``eps<e>`` per epsilon."""
     return ["nodp", *(f"eps{eps:g}" for eps in SMOLLM_TUNING["epsilons"])]
+
+
+def tuning_lrs(level: str) -> tuple[float, ...]:
+    """The lr grid of one tuning level: the shared grid, then the level's ``beyond`` steps."""
+    tune = SMOLLM_TUNING
+    return (*tune["lrs"], *tune["beyond"].get(level, ()))
 
 
 def level_name(level: str) -> str:
@@ -846,7 +856,8 @@ def _no_choice(arm: str, per_seed: Mapping[str, Mapping[float, Mapping[int, floa
     """Why a tune10 arm has no chosen lr: runs of its grid missing, or no validation rows."""
     tune = SMOLLM_TUNING
     ran = per_seed.get(arm, {})
-    if all(s in ran.get(lr, {}) for lr in tune["lrs"] for s in tune["grid-seeds"]):
+    level = arm.rsplit("-", 1)[1]
+    if all(s in ran.get(lr, {}) for lr in tuning_lrs(level) for s in tune["grid-seeds"]):
         return "no validation rows for every grid run (no checkpoint, or a rebuild failed)"
     return "grid incomplete"
 

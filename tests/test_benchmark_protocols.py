@@ -323,10 +323,13 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
                          f"{suite.SMOLLM['lr'][r.config['method']]:g}-s{seed}"]
         assert _without(r.config, "lr") == _without(reference.config, "lr")
         assert r.config["lr"] == lr
-    every = {(lr, s) for lr in tune["lrs"] for s in tune["seeds"]}
     assert suite.tuning_levels() == ["nodp", "eps3"]
-    assert grid == {(m, level): every for m in suite.SMOLLM["lr"]
-                    for level in suite.tuning_levels()}
+    assert grid == {(m, level): {(lr, s) for lr in suite.tuning_lrs(level) for s in tune["seeds"]}
+                    for m in suite.SMOLLM["lr"] for level in suite.tuning_levels()}
+    # a level's grid is the shared one, extended past its upper edge for every method alike
+    assert set(tune["beyond"]) <= set(suite.tuning_levels())
+    assert suite.tuning_lrs("nodp") == tune["lrs"]
+    assert suite.tuning_lrs("eps3") == (*tune["lrs"], 0.1)
     assert set(tune["grid-seeds"]) <= set(tune["seeds"])
     start, stop = tune["validation"]
     assert start >= suite.SMOLLM_EVAL_ROWS  # the choice never sees the result rows
@@ -459,7 +462,7 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
     acc: dict[str, float] = {}
     for level in ("nodp", "eps3"):
         for method in ("fedit", "ffa-lora", "fed-sb"):
-            for i, lr in enumerate(lrs):
+            for i, lr in enumerate(suite.tuning_lrs(level)):
                 # non-private: every method chooses the first lr; private: the second
                 best = 0 if level == "nodp" else 1
                 val = np.arange(800) >= (8 if i == best else 80)
@@ -505,6 +508,14 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
     _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
     got = {c.claim: c for c in checks}[drop.claim]
     assert got.verdict == "not measured" and "grid incomplete" in got.measured
+    # the private grid's step beyond the shared one is part of it: without it, no choice
+    beyond = suite.tuning_lrs("eps3")[-1]
+    assert beyond not in lrs and f"| lr {beyond:g} | chosen lr |" in table
+    acc.pop(f"fed-sb-r8-tune10-eps3-lr{beyond:g}-s0")
+    _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[fed_sb.claim]
+    assert got.verdict == "not measured" and "fed-sb-r8-tune10-eps3: grid incomplete" in \
+        got.measured, got
 
 
 def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: Path) -> None:
@@ -521,7 +532,7 @@ def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: 
     from bouquet.privacy.accountant import sweep_epsilon
 
     suite = load_suite("lora")
-    lrs = suite.SMOLLM_TUNING["lrs"]
+    lrs = suite.tuning_lrs("eps3")
     acc: dict[str, float] = {}
     history = [(0.66, 0.0094, 20)]
     one = sweep_epsilon([[history]], 1e-5)
