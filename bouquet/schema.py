@@ -174,6 +174,10 @@ class CommonConfig:
     method: str = key("fedavg", "the federated method to run (bouquet list shows them)")
     task: str = key("", "data + model; empty means the method's default task")
     preset: str = key("", "name of a YAML preset in bouquet/apps/conf to apply before overrides")
+    explicit_defaults: str = key(
+        "", "comma-separated keys this run sets to their declared default, which then beat every "
+        "preset on the nodes too (a ClientApp cannot tell such a key from an unset one; bouquet "
+        "run and bouquet bench fill this in)")
     num_server_rounds: int = key(5, "number of federated rounds", min=1)
     fraction_train: float = key(1.0, "fraction of online nodes sampled per round", min=0.0, max=1.0)
     min_train_nodes: int = key(1, "fewest nodes a round needs before it starts", min=1)

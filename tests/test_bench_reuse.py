@@ -207,3 +207,19 @@ def test_report_only_trains_nothing_and_names_the_runs_not_there(
     calls.clear()
     again = run_suite("tiny", out, quick=True, report_only=True).read_text()
     assert calls == [] and "Not run (report only" in again and "tiny-s1" in again
+
+
+def test_a_configuration_at_a_global_default_its_methods_preset_changes_runs_as_set(
+        tmp_path: Path) -> None:
+    """A suite's fed-sb run at lr 0.1 (the global default; Fed-SB's preset says 0.02) passes
+    the runner's node-view check and trains at 0.1 on every node (it was refused before)."""
+    from bouquet.apps.config import node_view_agrees, resolve
+    from bouquet.apps.local_grid import LocalGrid
+    from bouquet.apps.runner import explicit_keys
+
+    run = BenchRun("fed-sb-lr0.1", {"method": "fed-sb", "task": "rt-smollm", "lr": 0.1},
+                   clients=2)
+    grid = LocalGrid(run.clients, bench.run_overrides(run, tmp_path))
+    server = resolve(grid.run_config, explicit_keys(grid))
+    node_view_agrees(grid.run_config, server)
+    assert server.common.lr == resolve(grid.run_config).common.lr == 0.1

@@ -142,6 +142,30 @@ def test_server_refuses_a_preset_the_nodes_would_apply_differently() -> None:
     node_view_agrees(run_config, resolve(run_config))  # without explicit keys: one view
 
 
+def test_a_key_set_back_to_its_default_against_the_methods_preset_reaches_the_nodes() -> None:
+    """lr 0.1 is the global default; Fed-SB's own preset (applied by every node) says 0.02.
+    Pinning names lr in explicit-defaults, so nodes and server both train at 0.1."""
+    from bouquet.apps.config import node_view_agrees, pin_presets
+    from bouquet.apps.local_grid import full_run_config
+
+    pinned = pin_presets({"method": "fed-sb", "lr": 0.1})
+    assert pinned["explicit-defaults"] == "lr"
+    run_config = full_run_config(pinned)
+    server = resolve(run_config, explicit=list(pinned))
+    node_view_agrees(run_config, server)
+    assert server.common.lr == resolve(run_config).common.lr == 0.1
+    # a plain `flwr run` user names the key themselves; without it the server refuses
+    given = {"method": "fed-sb", "lr": 0.1}
+    with pytest.raises(ConfigError, match="explicit-defaults='lr'"):
+        node_view_agrees(full_run_config(given), resolve(full_run_config(given), list(given)))
+    named = full_run_config({**given, "explicit-defaults": " lr "})
+    assert resolve(named).common.lr == 0.1
+    # a key that pins nothing by default stays out of the list; an unknown name is refused
+    assert "explicit-defaults" not in pin_presets({"method": "fed-sb", "lr": 0.03})
+    with pytest.raises(ConfigError, match="explicit-defaults"):
+        resolve({"method": "fed-sb", "explicit-defaults": "lr,learning-rate"})
+
+
 @pytest.mark.parametrize(("method", "lr"), [("fedit", 0.005), ("ffa-lora", 0.02),
                                              ("fed-sb", 0.02), ("fedavg", 0.1)])
 def test_lora_methods_have_a_learning_rate_of_their_own(method: str, lr: float) -> None:

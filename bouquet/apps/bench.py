@@ -173,8 +173,15 @@ RunFn = Callable[[BenchRun, Path], Path]
 
 
 def run_overrides(run: BenchRun, out: Path) -> dict[str, Any]:
-    """The run-config keys one configuration runs with (its folder is ``out/<name>``)."""
-    return {**run.config, "results-dir": str(out), "run-name": run.name}
+    """The run-config keys one configuration runs with (its folder is ``out/<name>``).
+
+    Presets are pinned as ``bouquet run`` pins them (:func:`bouquet.apps.config.pin_presets`),
+    so a key the configuration sets to its global default (``lr`` 0.1 where the method's preset
+    says otherwise) reaches the nodes as set, instead of being refused by the runner.
+    """
+    from bouquet.apps.config import pin_presets
+
+    return pin_presets({**run.config, "results-dir": str(out), "run-name": run.name})
 
 
 #: What a run folder's ``bench.json`` records of its configuration beyond ``config.yaml``.

@@ -11,8 +11,10 @@ Order of precedence, lowest first:
    key's declared default counts as set.
 
 An explicit value that equals its default cannot be seen by the nodes, so it must never lose to a
-preset there: :func:`pin_presets` turns the presets into explicit keys before Flower starts
-(``bouquet run`` does this), and the server refuses a run where nodes and server would disagree.
+preset there: :func:`pin_presets` turns the presets into explicit keys before Flower starts and
+names every key set to its default that a preset would change in ``explicit-defaults``, which
+the nodes read as set (``bouquet run`` and ``bouquet bench`` do this); the server refuses a run
+where nodes and server would disagree.
 
 An unknown key, a wrong type, an out-of-range value or a key that neither the chosen method nor
 the chosen task reads, set to anything but its default, raises :class:`ConfigError` naming the
@@ -221,7 +223,7 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
     if preset:
         layers.append((f"preset {preset}", load_preset(preset)))
     given = {k: v for k, v in run_config.items() if v != specs[k].default}
-    for k in explicit or ():
+    for k in (*(explicit or ()), *_explicit_defaults(run_config, specs)):
         given.setdefault(k, run_config.get(k, specs[k].default))
     layers.append(("run config", given))
 
@@ -286,13 +288,24 @@ def name_run(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _explicit_defaults(run_config: Mapping[str, Any], specs: Mapping[str, KeySpec]) -> list[str]:
+    """The keys ``explicit-defaults`` names, each checked to be a key of the run config."""
+    named = [k.strip() for k in str(run_config.get("explicit-defaults", "")).split(",")]
+    for name in (k for k in named if k):
+        if name not in specs or name == "explicit-defaults":
+            raise ConfigError(f"explicit-defaults: {_unknown(name, specs)}")
+    return [k for k in named if k]
+
+
 def pin_presets(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Turn the presets of ``overrides`` into explicit keys, so no node can read them otherwise.
 
     A ClientApp sees only the fused run config, where a key set to its default looks unset; a
     preset would then beat it on the nodes. The result holds every key the presets set (unless
-    ``overrides`` sets it), the overrides themselves, and no ``preset`` key; it resolves to the
-    same configuration on the server and on every node.
+    ``overrides`` sets it), the overrides themselves, and no ``preset`` key; a key among them
+    at its declared default that a preset sets (the method's own preset, which every node
+    applies, or the named one) is listed in ``explicit-defaults``. It resolves to the same
+    configuration on the server and on every node.
 
     Parameters
     ----------
@@ -313,6 +326,11 @@ def pin_presets(overrides: Mapping[str, Any]) -> dict[str, Any]:
         layered |= set(load_preset(cfg.common.preset))
     out = {k: cfg.flat[k] for k in sorted(layered) if k not in overrides}
     out.update({k: v for k, v in overrides.items() if k != "preset"})
+    specs = all_keys()
+    pinned = set(_explicit_defaults(out, specs))
+    pinned |= {k for k in out if k in layered and cfg.flat[k] == specs[k].default}
+    if pinned:
+        out["explicit-defaults"] = ",".join(sorted(pinned))
     return out
 
 
@@ -336,8 +354,9 @@ def node_view_agrees(run_config: Mapping[str, Any], cfg: RunConfig) -> None:
         raise ConfigError(
             f"preset {cfg.common.preset or cfg.method.name!r} sets keys that this run sets "
             f"explicitly to their default: {detail}. ClientApps cannot tell an explicit default "
-            "from an unset key; drop the preset and set its keys, or use `bouquet run`, which "
-            "pins presets before start"
+            "from an unset key: name those keys in explicit-defaults (e.g. --run-config "
+            f"\"explicit-defaults='{','.join(differ)}'\"), as `bouquet run` and the benchmark "
+            "suites do"
         )
 
 

@@ -16,8 +16,10 @@ Every key can be set with `flwr run . --run-config "key=value ..."` (strings in 
 `method='scafcom'`), with `bouquet run METHOD --set key=value`, or in a YAML preset in
 `bouquet/apps/conf/` named by `preset`. Precedence: declared default < `conf/<method>.yaml` <
 the `preset` < explicit values, where a key you set counts as explicit even when its value equals
-the default (`bouquet run` pins presets into explicit keys before start; plain `flwr run` refuses a
-preset that would override a key you set to its default, since nodes cannot see the difference).
+the default. Nodes cannot see that difference, so `bouquet run` and the benchmark suites pin presets
+into explicit keys before start and name each key set to its default that a preset would change in
+`explicit-defaults`, which the nodes read as set; plain `flwr run` refuses such a run until you
+name the key there yourself (`--run-config "method='fed-sb' lr=0.1 explicit-defaults='lr'"`).
 Keys with a prefix belong to a method, a task or a shared section (`dp.*`); a run uses the
 sections of its method and task, and a key of any other section set to anything but its default
 is an error that names the methods and tasks that read it (it would otherwise be silently
