@@ -160,10 +160,39 @@ def test_a_key_set_back_to_its_default_against_the_methods_preset_reaches_the_no
         node_view_agrees(full_run_config(given), resolve(full_run_config(given), list(given)))
     named = full_run_config({**given, "explicit-defaults": " lr "})
     assert resolve(named).common.lr == 0.1
-    # a key that pins nothing by default stays out of the list; an unknown name is refused
+    # only keys the nodes would read otherwise are named: not an lr off the default, nor a
+    # key that a named preset (dropped by pinning) sets to its default
     assert "explicit-defaults" not in pin_presets({"method": "fed-sb", "lr": 0.03})
-    with pytest.raises(ConfigError, match="explicit-defaults"):
+    assert "explicit-defaults" not in pin_presets({"method": "fedavg", "preset": "label-skew"})
+    with pytest.raises(ConfigError, match="unknown config key 'learning-rate'"):
         resolve({"method": "fed-sb", "explicit-defaults": "lr,learning-rate"})
+    with pytest.raises(ConfigError, match="not itself"):
+        resolve({"method": "fed-sb", "explicit-defaults": "explicit-defaults"})
+    # one spelling is saved, and the refusal's advice keeps the keys already named
+    assert resolve({"method": "fed-sb", "explicit-defaults": " seed ,lr,lr,"}).flat[
+        "explicit-defaults"] == "lr,seed"
+    seeded = {**given, "explicit-defaults": "seed"}
+    with pytest.raises(ConfigError, match="explicit-defaults='lr,seed'"):
+        node_view_agrees(full_run_config(seeded), resolve(full_run_config(seeded), list(seeded)))
+
+
+def test_a_resume_does_not_compare_how_presets_were_spelled(tmp_path: Path) -> None:
+    """A folder saved by plain ``flwr run`` (explicit-defaults as typed, or a folder from
+    before the key) continues under ``bouquet run --resume``, which pins its own spelling."""
+    import yaml
+
+    from bouquet.apps.config import pin_presets
+    from bouquet.apps.local_grid import full_run_config
+    from bouquet.apps.resume import config_differences
+
+    pinned = pin_presets({"method": "fed-sb", "lr": 0.1})
+    cfg = resolve(full_run_config(pinned), list(pinned))
+    for saved in (" lr ,lr", ""):
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+            {**cfg.flat, "explicit-defaults": saved}))
+        assert config_differences(cfg, tmp_path) == {}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**cfg.flat, "lr": 0.02}))
+    assert set(config_differences(cfg, tmp_path)) == {"lr"}
 
 
 @pytest.mark.parametrize(("method", "lr"), [("fedit", 0.005), ("ffa-lora", 0.02),

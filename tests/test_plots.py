@@ -64,6 +64,10 @@ def test_seeds_are_grouped_by_name_suffix_or_by_config() -> None:
                "other": {**base, "lr": 0.2, "seed": 0, "run-name": "other"}}
     groups = seed_groups(list(configs), configs)
     assert groups["r0"] == groups["r1"] != groups["other"]
+    # a run saved before explicit-defaults existed and one saved after: the same configuration
+    configs["r1"] = {**configs["r1"], "explicit-defaults": ""}
+    groups = seed_groups(list(configs), configs)
+    assert groups["r0"] == groups["r1"] != groups["other"]
     # equal configs, but the names say they are different arms (robust's faults are not in the
     # config): grouped by name and config
     same = {n: {**base, "seed": int(n[-1]), "run-name": n}

@@ -241,6 +241,8 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
                 ) from exc
             merged[name] = checked
     flat = merged
+    # one spelling of the keys the nodes read as set, so that saved configs compare equal
+    flat["explicit-defaults"] = ",".join(sorted(set(_explicit_defaults(run_config, specs))))
 
     common = CommonConfig(**{s.field: flat[s.name] for s in section_keys(CommonConfig)})  # type: ignore[arg-type]
     if common.method != method.name:  # a preset changed the method
@@ -292,7 +294,9 @@ def _explicit_defaults(run_config: Mapping[str, Any], specs: Mapping[str, KeySpe
     """The keys ``explicit-defaults`` names, each checked to be a key of the run config."""
     named = [k.strip() for k in str(run_config.get("explicit-defaults", "")).split(",")]
     for name in (k for k in named if k):
-        if name not in specs or name == "explicit-defaults":
+        if name == "explicit-defaults":
+            raise ConfigError("explicit-defaults: names keys of the run, not itself")
+        if name not in specs:
             raise ConfigError(f"explicit-defaults: {_unknown(name, specs)}")
     return [k for k in named if k]
 
@@ -302,10 +306,11 @@ def pin_presets(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
     A ClientApp sees only the fused run config, where a key set to its default looks unset; a
     preset would then beat it on the nodes. The result holds every key the presets set (unless
-    ``overrides`` sets it), the overrides themselves, and no ``preset`` key; a key among them
-    at its declared default that a preset sets (the method's own preset, which every node
-    applies, or the named one) is listed in ``explicit-defaults``. It resolves to the same
-    configuration on the server and on every node.
+    ``overrides`` sets it), the overrides themselves, and no ``preset`` key; a key whose value
+    the nodes would still read otherwise (one set to its declared default where the method's
+    own preset, which every node applies, says something else) is added to
+    ``explicit-defaults``. It resolves to the same configuration on the server and on every
+    node.
 
     Parameters
     ----------
@@ -326,11 +331,12 @@ def pin_presets(overrides: Mapping[str, Any]) -> dict[str, Any]:
         layered |= set(load_preset(cfg.common.preset))
     out = {k: cfg.flat[k] for k in sorted(layered) if k not in overrides}
     out.update({k: v for k, v in overrides.items() if k != "preset"})
-    specs = all_keys()
-    pinned = set(_explicit_defaults(out, specs))
-    pinned |= {k for k in out if k in layered and cfg.flat[k] == specs[k].default}
-    if pinned:
-        out["explicit-defaults"] = ",".join(sorted(pinned))
+    nodes = resolve(out)
+    unseen = {k for k, v in cfg.flat.items()
+              if k not in ("preset", "explicit-defaults") and nodes.flat.get(k) != v}
+    if unseen:
+        given = _explicit_defaults(out, all_keys())
+        out["explicit-defaults"] = ",".join(sorted({*given, *unseen}))
     return out
 
 
@@ -351,12 +357,14 @@ def node_view_agrees(run_config: Mapping[str, Any], cfg: RunConfig) -> None:
     if differ:
         detail = ", ".join(f"{k}={cfg.flat[k]!r} (nodes would use {nodes.flat.get(k)!r})"
                            for k in differ)
+        presets = " or ".join(repr(p) for p in dict.fromkeys(
+            (cfg.method.name, cfg.common.preset)) if p)
+        named = ",".join(sorted({*_explicit_defaults(run_config, all_keys()), *differ}))
         raise ConfigError(
-            f"preset {cfg.common.preset or cfg.method.name!r} sets keys that this run sets "
-            f"explicitly to their default: {detail}. ClientApps cannot tell an explicit default "
-            "from an unset key: name those keys in explicit-defaults (e.g. --run-config "
-            f"\"explicit-defaults='{','.join(differ)}'\"), as `bouquet run` and the benchmark "
-            "suites do"
+            f"preset {presets} sets keys that this run sets explicitly to their default: "
+            f"{detail}. ClientApps cannot tell an explicit default from an unset key: name "
+            f"those keys in explicit-defaults (e.g. --run-config \"explicit-defaults='{named}'\"), "
+            "as `bouquet run` and the benchmark suites do"
         )
 
 
