@@ -5,11 +5,13 @@ trained model's paired standard error counts only the noise of the 400 held-out 
 training's own randomness, so the claim is judged across run seeds. Three commands:
 
 ``run``
-    Runs the suite's arm (``--arm prompt-fedkseed`` or ``prompt-fedkseed-pro``, the quick
-    variant: 4 IID clients, 2 per round, 3 rounds) with ``fedkseed.local-steps`` set to
-    ``--steps``, a 30-minute round timeout and the run config key ``seed`` set per seed
-    (:func:`seed_run`). Each seed gets its own folder ``OUT/<arm>-s<seed>`` (the run's folder
-    inside it), and the suite's report on it is printed: the accuracy verdict, the paired loss
+    Runs the suite's arm (``--arm prompt-fedkseed`` or ``prompt-fedkseed-pro``, or a LoRA arm
+    ``prompt-fedit``, ``prompt-ffa-lora``, ``prompt-fed-sb``; the quick variant: 4 IID clients,
+    2 per round, 3 rounds) with its local steps set to ``--steps`` (``fedkseed.local-steps``,
+    or ``local-steps`` for a LoRA arm; the suite's own when omitted), a 30-minute round timeout
+    and the run config key ``seed`` set per seed (:func:`seed_run`). Each seed gets its own
+    folder ``OUT/<arm>-s<seed>`` (the run's folder inside it), and the suite's report on it is
+    printed: the accuracy verdict (ZO arms), the paired loss
     change against zero-shot and the exact sign test of the answers that changed. The zero-shot
     files of a sibling folder are copied in first, so the pretrained model is evaluated once.
 ``report``
@@ -31,6 +33,10 @@ training's own randomness, so the claim is judged across run seeds. Three comman
     :func:`verdict`). ``--save-rows FILE`` writes the per-row arrays (float32 losses) and
     ``--prior-rows FILE`` reads them back, so that the test is recomputed without a run; a seed
     found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
+``compare``
+    A ZO arm against each LoRA arm at equal wall time and at equal uplink bytes, seed by seed
+    (the suite's own comparison, :func:`fedkseed._prompt_section`, made per seed and judged over
+    seeds: :func:`compare_arms`). Reads only the runs' ``metrics.jsonl``; no model is evaluated.
 
 Run (one lock hold per seed)::
 
@@ -59,13 +65,23 @@ from typing import TYPE_CHECKING, Any
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, run_inprocess
 from bouquet.apps.results import read_metrics
-from bouquet.apps.verdicts import FAILS, HOLDS, paired_change, sign_counts, sign_test_p
+from bouquet.apps.verdicts import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    Check,
+    paired_change,
+    sign_counts,
+    sign_test_p,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
-#: The rt-smollm arms this script runs.
-ARMS = ("prompt-fedkseed", "prompt-fedkseed-pro")
+#: The rt-smollm arms this script runs: the zeroth-order ones, then the LoRA ones.
+ZO_ARMS = ("prompt-fedkseed", "prompt-fedkseed-pro")
+LORA_ARMS = ("prompt-fedit", "prompt-ffa-lora", "prompt-fed-sb")
+ARMS = ZO_ARMS + LORA_ARMS
 #: Round timeout of every run (s): a 40-step round takes ~3 minutes on the two shared cores.
 ROUND_TIMEOUT = 1800.0
 #: Zero-shot files the suite's report caches in its output folder (key-checked or task-only).
@@ -112,8 +128,9 @@ class SeedResult:
     zero_shot: tuple[float, ...] = ()
 
 
-def seed_run(suite: ModuleType, arm: str, steps: int, seed: int) -> BenchRun:
-    """The suite's quick ``arm`` with ``steps`` local ZO steps, the round timeout and ``seed``.
+def seed_run(suite: ModuleType, arm: str, steps: int | None, seed: int) -> BenchRun:
+    """The suite's quick ``arm`` with ``steps`` local steps (ZO steps for a ZO arm, optimiser
+    steps for a LoRA arm; the suite's own where None), the round timeout and ``seed``.
 
     Nothing else of the arm's configuration changes (checked by the tests), so a seed here is
     the suite's arm at that seed.
@@ -121,7 +138,9 @@ def seed_run(suite: ModuleType, arm: str, steps: int, seed: int) -> BenchRun:
     if arm not in ARMS:
         raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
     run: BenchRun = next(r for r in suite.runs(True) if r.name == arm)
-    return dataclasses.replace(run, config={**run.config, "fedkseed.local-steps": steps,
+    key = "fedkseed.local-steps" if arm in ZO_ARMS else "local-steps"
+    local = {} if steps is None else {key: steps}
+    return dataclasses.replace(run, config={**run.config, **local,
                                             "round-timeout": ROUND_TIMEOUT, "seed": seed})
 
 
@@ -144,7 +163,7 @@ def _reuse_zero_shot(out: Path, folder: Path) -> None:
             shutil.copy2(source, folder / name)
 
 
-def run_seeds(arm: str, steps: int, seeds: Sequence[int], out: Path) -> None:
+def run_seeds(arm: str, steps: int | None, seeds: Sequence[int], out: Path) -> None:
     """Run ``arm`` once per seed and print the suite's report on each folder."""
     suite = load_suite("fedkseed")
     out = out.resolve()
@@ -153,7 +172,8 @@ def run_seeds(arm: str, steps: int, seeds: Sequence[int], out: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         _reuse_zero_shot(out, folder)
         run = seed_run(suite, arm, steps, seed)
-        print(f"[fedkseed_seeds] {arm} steps={steps} seed={seed} -> {folder}", flush=True)
+        print(f"[fedkseed_seeds] {arm} steps={steps or 'the suite'} seed={seed} -> {folder}",
+              flush=True)
         summary = json.loads(run_inprocess(run, folder).read_text())
         print(suite.report({run.name: summary}, folder), flush=True)
 
@@ -535,6 +555,73 @@ def confirm_report(result: ConfirmRows) -> list[str]:
             "- " + acc_test.describe() + " (secondary, no verdict)"]
 
 
+def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str], list[Check]]:
+    """``zo_arm`` against each LoRA arm at equal wall time and equal uplink bytes, over seeds.
+
+    Per seed, as the suite's report does for one (:func:`fedkseed._prompt_section`): each arm's
+    accuracy on the 400 held-out rows (its federated evaluation) at the last round within the
+    budget, zero-shot where no round fits. The wall budget is the shorter of the two runs'
+    totals, the byte budget the ZO run's total uplink. Over seeds, the claim "ZO >= LoRA" is
+    judged on the mean of the per-seed differences D: inconclusive while ``|D|`` is below the
+    larger of the suite's margin (two standard errors of one accuracy near 0.7 on 400 rows:
+    every seed reads the same rows, so their noise does not average out) and two standard
+    errors of D over the seeds; else it holds when D > 0 and does not hold when D < 0.
+
+    Raises
+    ------
+    ValueError
+        If a seed lacks a finished run of an arm, or the seeds' zero-shot accuracies differ.
+
+    """
+    suite = load_suite("fedkseed")
+    arms = (zo_arm, *LORA_ARMS)
+    zero: dict[int, float] = {}
+    diffs: dict[tuple[str, str], list[float]] = {}
+    lines = [f"{zo_arm} against the LoRA arms per seed (accuracy on the 400 held-out rows at the "
+             "budget; zero-shot where no round fits):", "",
+             "| seed | LoRA arm | wall budget s | ZO / LoRA at equal wall time | uplink budget B "
+             "| ZO / LoRA at equal uplink bytes |", "|---|---|---|---|---|---|"]
+    for seed in seeds:
+        curves = {}
+        for arm in arms:
+            folder = seed_folder(out, arm, seed)
+            if not (folder / arm / "summary.json").is_file():
+                raise ValueError(f"{arm} seed {seed}: no finished run in {folder / arm}")
+            curves[arm] = suite.curve(folder, arm)
+            got = float(suite.zero_shot(folder)["accuracy"])
+            if zero.setdefault(seed, got) != got:
+                raise ValueError(f"seed {seed}: the arms' zero-shot accuracies differ")
+        z = zero[seed]
+        for other in LORA_ARMS:
+            budgets = (("wall time", 1, min(curves[zo_arm][-1][1], curves[other][-1][1])),
+                       ("uplink bytes", 2, curves[zo_arm][-1][2]))
+            cells = []
+            for what, index, budget in budgets:
+                mine, theirs = (suite.at_budget(curves[a], index, budget) for a in (zo_arm, other))
+                a = z if mine is None else mine
+                b = z if theirs is None else theirs
+                diffs.setdefault((other, what), []).append(a - b)
+                cells += [f"{budget:,.0f}", f"{a:.4f} / {b:.4f}"]
+            lines.append(f"| {seed} | {other} | " + " | ".join(cells) + " |")
+    if len(set(zero.values())) > 1:
+        raise ValueError(f"the seeds' zero-shot accuracies differ: {zero}")
+    checks = []
+    named = ", ".join(map(str, seeds))
+    for (other, what), d in diffs.items():
+        mean = sum(d) / len(d)
+        se = (sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5 if len(d) > 1 else 0.0
+        margin = max(suite.MARGIN, 2 * se)
+        claim = (f"{zo_arm.removeprefix('prompt-')} >= {other.removeprefix('prompt-')} at equal "
+                 f"{what} (rt-smollm, seeds {named})")
+        measured = (f"mean difference {mean:+.4f} (per seed {', '.join(f'{x:+.4f}' for x in d)}); "
+                    f"margin {margin:.3f} = the larger of 2 SE of one accuracy on 400 rows "
+                    f"({suite.MARGIN:.3f}) and 2 SE over seeds ({2 * se:.3f})")
+        checks.append(Check(claim, INCONCLUSIVE, measured) if abs(mean) < margin
+                      else Check.of(claim, mean > 0, measured))
+    lines += ["", *(f"- {c.claim}: **{c.verdict}** ({c.measured})" for c in checks)]
+    return lines, checks
+
+
 def _row_range(text: str) -> tuple[int, int]:
     start, _, stop = text.partition(":")
     return int(start), int(stop)
@@ -545,11 +632,14 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``run``, ``report`` or ``summarize`` (see the module docstring)."""
+    """Command line: ``run``, ``report``, ``summarize``, ``confirm`` or ``compare`` (see the
+    module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the arm once per seed and print the suite's report")
-    run_p.add_argument("--steps", type=int, default=40, help="fedkseed.local-steps")
+    run_p.add_argument("--steps", type=int, default=None,
+                       help="fedkseed.local-steps (ZO arms) or local-steps (LoRA arms); "
+                            "default: the suite's")
     rep = sub.add_parser("report", help="the suite's report over the run folders in --out")
     rep.add_argument("--out", type=Path, required=True, help="the suite's output folder")
     summ = sub.add_parser("summarize", help="per-seed table and the t test across seeds")
@@ -562,8 +652,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="comma-separated run seeds, in the declared order")
     conf.add_argument("--prior-rows", type=Path, help="per-row results saved before (npz)")
     conf.add_argument("--save-rows", type=Path, help="write the seeds' per-row results here")
-    for p in (run_p, summ, conf):
-        p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")
+    comp = sub.add_parser("compare", help="a ZO arm against the LoRA arms at equal budgets")
+    comp.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
+    run_p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")
+    for p in (summ, conf, comp):
+        p.add_argument("--arm", choices=ZO_ARMS, default="prompt-fedkseed")
+    for p in (run_p, summ, conf, comp):
         p.add_argument("--out", type=Path, required=True, help="folder of the per-seed folders")
     run_p.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
     summ.add_argument("--seeds", type=_seeds, default=None,
@@ -574,6 +668,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "report":
         print(report_folder(args.out))
+        return 0
+    if args.command == "compare":
+        try:
+            lines, _ = compare_arms(args.out.resolve(), args.arm, args.seeds)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print("\n".join(lines))
         return 0
     if args.command == "confirm":
         try:

@@ -27,22 +27,68 @@ def script() -> Any:
     return module
 
 
-@pytest.mark.parametrize("arm", ["prompt-fedkseed", "prompt-fedkseed-pro"])
-def test_a_seed_run_is_the_suites_arm_with_only_steps_timeout_and_seed_changed(arm: str) -> None:
+@pytest.mark.parametrize(("arm", "steps_key"), [
+    ("prompt-fedkseed", "fedkseed.local-steps"), ("prompt-fedkseed-pro", "fedkseed.local-steps"),
+    ("prompt-fedit", "local-steps"), ("prompt-ffa-lora", "local-steps"),
+    ("prompt-fed-sb", "local-steps")])
+def test_a_seed_run_is_the_suites_arm_with_only_steps_timeout_and_seed_changed(
+        arm: str, steps_key: str) -> None:
     s, suite = script(), load_suite("fedkseed")
     original = next(r for r in suite.runs(True) if r.name == arm)
     run = s.seed_run(suite, arm, 40, 3)
     assert (run.name, run.clients, run.faults) == (original.name, original.clients, original.faults)
     changed = {k for k in run.config if run.config[k] != original.config.get(k)}
-    assert changed == {"fedkseed.local-steps", "round-timeout", "seed"}
+    assert changed == {steps_key, "round-timeout", "seed"}
     assert set(original.config) - set(run.config) == set()
-    assert (run.config["fedkseed.local-steps"], run.config["round-timeout"],
-            run.config["seed"]) == (40, 1800.0, 3)
-    # seed 0 at 20 steps is the suite's own arm apart from the timeout
-    same = s.seed_run(suite, arm, original.config["fedkseed.local-steps"], original.config["seed"])
+    assert (run.config[steps_key], run.config["round-timeout"], run.config["seed"]) == (40, 1800.0, 3)
+    # seed 0 at the suite's steps (None) is the suite's own arm apart from the timeout
+    same = s.seed_run(suite, arm, None, original.config["seed"])
     assert {**same.config, "round-timeout": None} == {**original.config, "round-timeout": None}
     with pytest.raises(ValueError, match="arm must be one of"):
-        s.seed_run(suite, "prompt-fedit", 40, 0)
+        s.seed_run(suite, "prompt-nothing", 40, 0)
+
+
+def _finished_run(folder: Path, arm: str, rounds: list[tuple[float, float, float]]) -> None:
+    """A seed folder holding a finished run of ``arm``: (wall s, uplink B, accuracy) a round."""
+    run_dir = folder / arm
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"round": k + 1, "wall_s": w, "up_bytes": u, "accuracy": a}) + "\n"
+        for k, (w, u, a) in enumerate(rounds)))
+    (run_dir / "summary.json").write_text("{}")
+    (folder / "zero_shot.json").write_text(json.dumps({"accuracy": 0.80, "majority": 0.6}))
+
+
+def test_compare_judges_the_zo_arm_against_each_lora_arm_over_seeds(tmp_path: Path) -> None:
+    """Per seed: each arm's accuracy at the last round within the budget (the shorter run's
+    wall time; the ZO run's uplink), zero-shot where none fits; over seeds: the mean difference
+    against the larger of the one-accuracy margin and 2 SE over seeds."""
+    s = script()
+    zo = [(100.0, 800.0, 0.81), (100.0, 800.0, 0.81), (100.0, 800.0, 0.82)]  # 300 s, 2,400 B
+    fed_sb = {0: 0.91, 1: 0.71, 2: 1.0}  # at 150 s: differences -0.10, +0.10, -0.18
+    for seed in (0, 1, 2):
+        _finished_run(tmp_path / f"prompt-fedkseed-s{seed}", "prompt-fedkseed", zo)
+        _finished_run(tmp_path / f"prompt-fedit-s{seed}", "prompt-fedit",
+                      [(50.0, 1e6, 0.83), (50.0, 1e6, 0.86), (50.0, 1e6, 0.88)])
+        _finished_run(tmp_path / f"prompt-ffa-lora-s{seed}", "prompt-ffa-lora",
+                      [(50.0, 1e6, 0.80), (50.0, 1e6, 0.79), (50.0, 1e6, 0.81)])
+        _finished_run(tmp_path / f"prompt-fed-sb-s{seed}", "prompt-fed-sb",
+                      [(150.0, 1e8, fed_sb[seed])])
+    lines, checks = s.compare_arms(tmp_path, "prompt-fedkseed", [0, 1, 2])
+    got = {c.claim: c for c in checks}
+    fedit = got["fedkseed >= fedit at equal wall time (rt-smollm, seeds 0, 1, 2)"]
+    # the budget is FedIT's 150 s: FedKSeed has one round (0.81) against FedIT's 0.88
+    assert fedit.verdict == "does not hold" and "mean difference -0.0700" in fedit.measured
+    assert got["fedkseed >= ffa-lora at equal wall time (rt-smollm, seeds 0, 1, 2)"].verdict == \
+        "inconclusive"
+    spread = got["fedkseed >= fed-sb at equal wall time (rt-smollm, seeds 0, 1, 2)"]
+    assert spread.verdict == "inconclusive" and "2 SE over seeds (0.171)" in spread.measured
+    # at 2,400 B every LoRA arm still reads as zero-shot (its first round sent more)
+    bytes_ = got["fedkseed >= fedit at equal uplink bytes (rt-smollm, seeds 0, 1, 2)"]
+    assert bytes_.verdict == "inconclusive" and "+0.0200" in bytes_.measured
+    assert "| 0 | prompt-fedit | 150 | 0.8100 / 0.8800 | 2,400 | 0.8200 / 0.8000 |" in lines
+    with pytest.raises(ValueError, match="prompt-fedkseed seed 3: no finished run"):
+        s.compare_arms(tmp_path, "prompt-fedkseed", [0, 3])
 
 
 def test_the_t_test_across_seeds_reproduces_the_three_recorded_seeds() -> None:
