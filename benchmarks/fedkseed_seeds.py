@@ -1,8 +1,8 @@
-"""One rt-smollm arm of the ``fedkseed`` suite at more local steps, over several run seeds.
+"""The rt-smollm arms of the ``fedkseed`` suite, one per run seed, and tests over those seeds.
 
 Issue 14 item 1 asks whether FedKSeed and FedKSeed-Pro improve over zero-shot on rt-smollm. One
 trained model's paired standard error counts only the noise of the 400 held-out rows, not the
-training's own randomness, so the claim is judged across run seeds. Three commands:
+training's own randomness, so the claim is judged across run seeds. Five commands:
 
 ``run``
     Runs the suite's arm (``--arm prompt-fedkseed`` or ``prompt-fedkseed-pro``, or a LoRA arm
@@ -11,8 +11,8 @@ training's own randomness, so the claim is judged across run seeds. Three comman
     or ``local-steps`` for a LoRA arm; the suite's own when omitted), a 30-minute round timeout
     and the run config key ``seed`` set per seed (:func:`seed_run`). Each seed gets its own
     folder ``OUT/<arm>-s<seed>`` (the run's folder inside it), and the suite's report on it is
-    printed: the accuracy verdict (ZO arms), the paired loss
-    change against zero-shot and the exact sign test of the answers that changed. The zero-shot
+    printed: for a ZO arm the accuracy verdict, the paired loss change against zero-shot and
+    the exact sign test of the answers that changed; for a LoRA arm its accuracy by round. The zero-shot
     files of a sibling folder are copied in first, so the pretrained model is evaluated once.
 ``report``
     The suite's report over the ``prompt-*`` run folders found in ``--out`` (a folder written
@@ -35,8 +35,9 @@ training's own randomness, so the claim is judged across run seeds. Three comman
     found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
 ``compare``
     A ZO arm against each LoRA arm at equal wall time and at equal uplink bytes, seed by seed
-    (the suite's own comparison, :func:`fedkseed._prompt_section`, made per seed and judged over
-    seeds: :func:`compare_arms`). Reads only the runs' ``metrics.jsonl``; no model is evaluated.
+    and judged over seeds (:func:`compare_arms`; the suite's own comparison made per seed, with
+    one wall budget per pair of arms). Reads the finished runs' files, checked to be the suite's
+    arms at their seeds; no model is evaluated.
 
 Run (one lock hold per seed)::
 
@@ -69,6 +70,7 @@ from bouquet.apps.verdicts import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,
+    NOT_MEASURED,
     Check,
     paired_change,
     sign_counts,
@@ -172,7 +174,8 @@ def run_seeds(arm: str, steps: int | None, seeds: Sequence[int], out: Path) -> N
         folder.mkdir(parents=True, exist_ok=True)
         _reuse_zero_shot(out, folder)
         run = seed_run(suite, arm, steps, seed)
-        print(f"[fedkseed_seeds] {arm} steps={steps or 'the suite'} seed={seed} -> {folder}",
+        print(f"[fedkseed_seeds] {arm} steps={'the suite' if steps is None else steps} "
+              f"seed={seed} -> {folder}",
               flush=True)
         summary = json.loads(run_inprocess(run, folder).read_text())
         print(suite.report({run.name: summary}, folder), flush=True)
@@ -555,40 +558,88 @@ def confirm_report(result: ConfirmRows) -> list[str]:
             "- " + acc_test.describe() + " (secondary, no verdict)"]
 
 
-def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str], list[Check]]:
-    """``zo_arm`` against each LoRA arm at equal wall time and equal uplink bytes, over seeds.
+#: The fewest complete seeds ``compare`` gives a verdict on (section 11's plan).
+COMPARE_MIN_SEEDS = 3
 
-    Per seed, as the suite's report does for one (:func:`fedkseed._prompt_section`): each arm's
-    accuracy on the 400 held-out rows (its federated evaluation) at the last round within the
-    budget, zero-shot where no round fits. The wall budget is the shorter of the two runs'
-    totals, the byte budget the ZO run's total uplink. Over seeds, the claim "ZO >= LoRA" is
-    judged on the mean of the per-seed differences D: inconclusive while ``|D|`` is below the
-    larger of the suite's margin (two standard errors of one accuracy near 0.7 on 400 rows:
-    every seed reads the same rows, so their noise does not average out) and two standard
-    errors of D over the seeds; else it holds when D > 0 and does not hold when D < 0.
+
+def finished_run(suite: ModuleType, arm: str, seed: int, out: Path) -> list[Any]:
+    """The per-round curve of ``OUT/<arm>-s<seed>``'s run, checked to be the plan's run.
+
+    The folder must hold the suite's quick ``arm`` at ``seed`` with the suite's steps
+    (:func:`seed_run`), every round done (:func:`bouquet.apps.bench.earlier_run`), no reply
+    lost or refused, and its zero-shot file (so that nothing is evaluated here).
 
     Raises
     ------
     ValueError
-        If a seed lacks a finished run of an arm, or the seeds' zero-shot accuracies differ.
+        Naming what is missing or different.
 
     """
+    from bouquet.apps.bench import earlier_run
+    from bouquet.strategies.checkpoint import CheckpointError
+
+    folder = seed_folder(out, arm, seed)
+    run = seed_run(suite, arm, None, seed)
+    summary = folder / arm / "summary.json"
+    if not summary.is_file():
+        raise ValueError(f"{arm} seed {seed}: no finished run in {folder / arm}")
+    try:
+        action = earlier_run(run, folder)
+    except CheckpointError:
+        action = "resume"
+    if action != "reuse":
+        raise ValueError(f"{arm} seed {seed}: the run in {folder / arm} "
+                         + ("holds no round" if action == "run" else
+                            "stopped before its last round"))
+    failures = json.loads(summary.read_text()).get("failures") or {}
+    if any(failures.values()):
+        raise ValueError(f"{arm} seed {seed}: replies lost or refused ({failures}), so its "
+                         "evaluation did not cover every held-out row")
+    if not (folder / "zero_shot.json").is_file():
+        raise ValueError(f"{arm} seed {seed}: no zero_shot.json in {folder}")
+    curve = list(suite.curve(folder, arm))
+    if len(curve) != int(run.config["num-server-rounds"]):
+        raise ValueError(f"{arm} seed {seed}: {len(curve)} evaluated rounds, the run has "
+                         f"{run.config['num-server-rounds']}")
+    return curve
+
+
+def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str], list[Check]]:
+    """``zo_arm`` against each LoRA arm at equal wall time and equal uplink bytes, over seeds.
+
+    Per seed, as the suite's report does for one seed (:func:`fedkseed._prompt_section`, which
+    takes one wall budget for every arm, where this takes one per pair): each arm's accuracy on
+    the 400 held-out rows (its federated evaluation) at the last round within the budget,
+    zero-shot where no round fits. The wall budget is the shorter of the two runs' totals, the
+    byte budget the ZO run's total uplink. Over seeds, "ZO >= LoRA" is judged on the mean D of
+    the per-seed differences (:func:`bouquet.apps.verdicts.paired_change`): inconclusive while
+    ``|D|`` is below the larger of the suite's margin (two standard errors of one accuracy near
+    0.7 on 400 rows: every seed reads the same rows, so their noise does not average out) and
+    two standard errors of D over the seeds; else it holds when D > 0 and does not hold when
+    D < 0. With fewer than :data:`COMPARE_MIN_SEEDS` seeds the claims get no verdict. Reads the
+    runs' ``config.yaml``, ``bench.json``, ``summary.json`` and ``metrics.jsonl`` and the seed
+    folders' ``zero_shot.json`` (:func:`finished_run`); no model is evaluated.
+
+    Raises
+    ------
+    ValueError
+        If the seeds are empty or repeated, a seed lacks a finished run of an arm
+        (:func:`finished_run`), or the seeds' zero-shot accuracies differ.
+
+    """
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"compare needs distinct seeds, got {list(seeds)}")
     suite = load_suite("fedkseed")
-    arms = (zo_arm, *LORA_ARMS)
     zero: dict[int, float] = {}
-    diffs: dict[tuple[str, str], list[float]] = {}
+    budgets_at: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     lines = [f"{zo_arm} against the LoRA arms per seed (accuracy on the 400 held-out rows at the "
              "budget; zero-shot where no round fits):", "",
              "| seed | LoRA arm | wall budget s | ZO / LoRA at equal wall time | uplink budget B "
              "| ZO / LoRA at equal uplink bytes |", "|---|---|---|---|---|---|"]
     for seed in seeds:
-        curves = {}
-        for arm in arms:
-            folder = seed_folder(out, arm, seed)
-            if not (folder / arm / "summary.json").is_file():
-                raise ValueError(f"{arm} seed {seed}: no finished run in {folder / arm}")
-            curves[arm] = suite.curve(folder, arm)
-            got = float(suite.zero_shot(folder)["accuracy"])
+        curves = {arm: finished_run(suite, arm, seed, out) for arm in (zo_arm, *LORA_ARMS)}
+        for arm in curves:
+            got = float(suite.zero_shot(seed_folder(out, arm, seed))["accuracy"])
             if zero.setdefault(seed, got) != got:
                 raise ValueError(f"seed {seed}: the arms' zero-shot accuracies differ")
         z = zero[seed]
@@ -597,28 +648,36 @@ def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str
                        ("uplink bytes", 2, curves[zo_arm][-1][2]))
             cells = []
             for what, index, budget in budgets:
-                mine, theirs = (suite.at_budget(curves[a], index, budget) for a in (zo_arm, other))
-                a = z if mine is None else mine
-                b = z if theirs is None else theirs
-                diffs.setdefault((other, what), []).append(a - b)
-                cells += [f"{budget:,.0f}", f"{a:.4f} / {b:.4f}"]
+                mine, theirs = (suite.at_budget(curves[name], index, budget)
+                                for name in (zo_arm, other))
+                zo_acc = z if mine is None else mine
+                lora_acc = z if theirs is None else theirs
+                lora_accs, zo_accs = budgets_at.setdefault((other, what), ([], []))
+                lora_accs.append(lora_acc)
+                zo_accs.append(zo_acc)
+                cells += [f"{budget:,.0f}", f"{zo_acc:.4f} / {lora_acc:.4f}"]
             lines.append(f"| {seed} | {other} | " + " | ".join(cells) + " |")
     if len(set(zero.values())) > 1:
         raise ValueError(f"the seeds' zero-shot accuracies differ: {zero}")
     checks = []
     named = ", ".join(map(str, seeds))
-    for (other, what), d in diffs.items():
-        mean = sum(d) / len(d)
-        se = (sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d)) ** 0.5 if len(d) > 1 else 0.0
-        margin = max(suite.MARGIN, 2 * se)
+    for (other, what), (lora_accs, zo_accs) in budgets_at.items():
+        d = paired_change(lora_accs, zo_accs)
+        margin = max(suite.MARGIN, 2 * d.se)
         claim = (f"{zo_arm.removeprefix('prompt-')} >= {other.removeprefix('prompt-')} at equal "
                  f"{what} (rt-smollm, seeds {named})")
-        measured = (f"mean difference {mean:+.4f} (per seed {', '.join(f'{x:+.4f}' for x in d)}); "
-                    f"margin {margin:.3f} = the larger of 2 SE of one accuracy on 400 rows "
-                    f"({suite.MARGIN:.3f}) and 2 SE over seeds ({2 * se:.3f})")
-        checks.append(Check(claim, INCONCLUSIVE, measured) if abs(mean) < margin
-                      else Check.of(claim, mean > 0, measured))
-    lines += ["", *(f"- {c.claim}: **{c.verdict}** ({c.measured})" for c in checks)]
+        per_seed = ", ".join(f"{b - a:+.4f}" for a, b in zip(lora_accs, zo_accs, strict=True))
+        measured = (f"mean difference {d.mean:+.4f} (per seed {per_seed}); margin "
+                    f"{margin:.3f} = the larger of 2 SE of one accuracy on 400 rows "
+                    f"({suite.MARGIN:.3f}) and 2 SE over seeds ({2 * d.se:.3f})")
+        if len(seeds) < COMPARE_MIN_SEEDS:
+            checks.append(Check(claim, NOT_MEASURED, f"{measured}; fewer than "
+                                f"{COMPARE_MIN_SEEDS} seeds, no verdict"))
+        elif abs(d.mean) < margin:
+            checks.append(Check(claim, INCONCLUSIVE, measured))
+        else:
+            checks.append(Check.of(claim, d.mean > 0, measured))
+    lines += ["", *(c.markdown() for c in checks)]
     return lines, checks
 
 

@@ -48,15 +48,30 @@ def test_a_seed_run_is_the_suites_arm_with_only_steps_timeout_and_seed_changed(
         s.seed_run(suite, "prompt-nothing", 40, 0)
 
 
-def _finished_run(folder: Path, arm: str, rounds: list[tuple[float, float, float]]) -> None:
-    """A seed folder holding a finished run of ``arm``: (wall s, uplink B, accuracy) a round."""
+def _finished_run(out: Path, arm: str, seed: int, rounds: list[tuple[float, float, float]]) -> Path:
+    """``OUT/<arm>-s<seed>`` holding a finished run of the suite's arm at ``seed``, as the run
+    writes it: its config, setup, summary and (wall s, uplink B, accuracy) per round."""
+    import yaml
+
+    from bouquet.apps import bench
+    from bouquet.apps.config import full_run_config, resolve
+
+    s, suite = script(), load_suite("fedkseed")
+    folder = s.seed_folder(out, arm, seed)
+    run = s.seed_run(suite, arm, None, seed)
+    overrides = bench.run_overrides(run, folder)
+    cfg = resolve(full_run_config(overrides), list(overrides))
     run_dir = folder / arm
     run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(dict(cfg.flat)))
+    (run_dir / "bench.json").write_text(json.dumps(bench.run_setup(run)))
     (run_dir / "metrics.jsonl").write_text("".join(
         json.dumps({"round": k + 1, "wall_s": w, "up_bytes": u, "accuracy": a}) + "\n"
         for k, (w, u, a) in enumerate(rounds)))
-    (run_dir / "summary.json").write_text("{}")
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"rounds": len(rounds), "failures": {"errors": 0, "rejected": 0, "missing": 0}}))
     (folder / "zero_shot.json").write_text(json.dumps({"accuracy": 0.80, "majority": 0.6}))
+    return run_dir
 
 
 def test_compare_judges_the_zo_arm_against_each_lora_arm_over_seeds(tmp_path: Path) -> None:
@@ -65,15 +80,15 @@ def test_compare_judges_the_zo_arm_against_each_lora_arm_over_seeds(tmp_path: Pa
     against the larger of the one-accuracy margin and 2 SE over seeds."""
     s = script()
     zo = [(100.0, 800.0, 0.81), (100.0, 800.0, 0.81), (100.0, 800.0, 0.82)]  # 300 s, 2,400 B
-    fed_sb = {0: 0.91, 1: 0.71, 2: 1.0}  # at 150 s: differences -0.10, +0.10, -0.18
-    for seed in (0, 1, 2):
-        _finished_run(tmp_path / f"prompt-fedkseed-s{seed}", "prompt-fedkseed", zo)
-        _finished_run(tmp_path / f"prompt-fedit-s{seed}", "prompt-fedit",
+    fed_sb = {0: 0.91, 1: 0.71, 2: 1.0}  # at 150 s: differences -0.10, +0.10, -0.19
+    for seed in (0, 1, 2, 3):
+        _finished_run(tmp_path, "prompt-fedkseed", seed, zo)
+        _finished_run(tmp_path, "prompt-fedit", seed,
                       [(50.0, 1e6, 0.83), (50.0, 1e6, 0.86), (50.0, 1e6, 0.88)])
-        _finished_run(tmp_path / f"prompt-ffa-lora-s{seed}", "prompt-ffa-lora",
+        _finished_run(tmp_path, "prompt-ffa-lora", seed,
                       [(50.0, 1e6, 0.80), (50.0, 1e6, 0.79), (50.0, 1e6, 0.81)])
-        _finished_run(tmp_path / f"prompt-fed-sb-s{seed}", "prompt-fed-sb",
-                      [(150.0, 1e8, fed_sb[seed])])
+        _finished_run(tmp_path, "prompt-fed-sb", seed,
+                      [(50.0, 1e8, 0.5), (50.0, 1e8, 0.5), (50.0, 1e8, fed_sb.get(seed, 0.9))])
     lines, checks = s.compare_arms(tmp_path, "prompt-fedkseed", [0, 1, 2])
     got = {c.claim: c for c in checks}
     fedit = got["fedkseed >= fedit at equal wall time (rt-smollm, seeds 0, 1, 2)"]
@@ -87,8 +102,44 @@ def test_compare_judges_the_zo_arm_against_each_lora_arm_over_seeds(tmp_path: Pa
     bytes_ = got["fedkseed >= fedit at equal uplink bytes (rt-smollm, seeds 0, 1, 2)"]
     assert bytes_.verdict == "inconclusive" and "+0.0200" in bytes_.measured
     assert "| 0 | prompt-fedit | 150 | 0.8100 / 0.8800 | 2,400 | 0.8200 / 0.8000 |" in lines
-    with pytest.raises(ValueError, match="prompt-fedkseed seed 3: no finished run"):
-        s.compare_arms(tmp_path, "prompt-fedkseed", [0, 3])
+    # two seeds: figures, no verdict; no seeds or a repeated one: refused
+    _, two = s.compare_arms(tmp_path, "prompt-fedkseed", [0, 1])
+    assert {c.verdict for c in two} == {"not measured"}
+    for bad in ([], [0, 0, 1]):
+        with pytest.raises(ValueError, match="distinct seeds"):
+            s.compare_arms(tmp_path, "prompt-fedkseed", bad)
+    with pytest.raises(ValueError, match="prompt-fedkseed seed 4: no finished run"):
+        s.compare_arms(tmp_path, "prompt-fedkseed", [0, 4])
+
+
+@pytest.mark.parametrize("damage", ["stopped", "other lr", "failures", "no zero-shot", "no curve"])
+def test_compare_refuses_a_run_that_is_not_the_plans_finished_run(tmp_path: Path,
+                                                                  damage: str) -> None:
+    s = script()
+    rounds = [(50.0, 1e6, 0.83), (50.0, 1e6, 0.86), (50.0, 1e6, 0.88)]
+    for arm in ("prompt-fedkseed", *s.LORA_ARMS):
+        run_dir = _finished_run(tmp_path, arm, 1, rounds)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if damage == "stopped":  # a run that lost its nodes writes a summary of fewer rounds
+        summary.update(rounds=2, stopped={"after_round": 2})
+        message = "stopped before its last round"
+    elif damage == "other lr":
+        text = (run_dir / "config.yaml").read_text().replace("lr: 0.02", "lr: 0.03")
+        (run_dir / "config.yaml").write_text(text)
+        message = "another configuration"
+    elif damage == "failures":
+        summary["failures"]["missing"] = 1
+        message = "replies lost or refused"
+    elif damage == "no zero-shot":
+        (run_dir.parent / "zero_shot.json").unlink()
+        message = "no zero_shot.json"
+    else:  # rounds recorded without their evaluation
+        (run_dir / "metrics.jsonl").write_text("".join(
+            json.dumps({"round": k, "wall_s": 50.0, "up_bytes": 1e6}) + "\n" for k in (1, 2, 3)))
+        message = "0 evaluated rounds"
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=message):
+        s.compare_arms(tmp_path, "prompt-fedkseed", [1])
 
 
 def test_the_t_test_across_seeds_reproduces_the_three_recorded_seeds() -> None:
