@@ -378,3 +378,17 @@ def test_both_arms_were_scored_against_the_same_zero_shot_rows() -> None:
     assert np.array_equal(ks.zero_loss, pro.zero_loss)
     assert np.array_equal(ks.zero_correct, pro.zero_correct)
     assert not np.array_equal(ks.loss, pro.loss)  # two arms, not one file twice
+
+
+def test_the_committed_comparison_reproduces_section_11_with_no_run() -> None:
+    """RESULTS.md fedkseed section 11: the committed runs' files give its figures and verdicts."""
+    s = script()
+    out = Path(__file__).resolve().parents[1] / "benchmarks" / "seed_results" / "prompt-compare"
+    lines, checks = s.compare_arms(out, "prompt-fedkseed", [1, 2, 3, 0])
+    assert {c.verdict for c in checks} == {"inconclusive"}
+    got = {c.claim.split(" (")[0]: c.measured for c in checks}
+    assert got["fedkseed >= fedit at equal wall time"].startswith("mean difference -0.0113")
+    assert got["fedkseed >= ffa-lora at equal wall time"].startswith("mean difference +0.0387")
+    assert got["fedkseed >= fed-sb at equal wall time"].startswith("mean difference -0.0162")
+    assert got["fedkseed >= fedit at equal uplink bytes"].startswith("mean difference +0.0037")
+    assert "| 0 | prompt-fedit | 103 | 0.8100 / 0.8800 | 2,364 | 0.8075 / 0.8100 |" in lines
