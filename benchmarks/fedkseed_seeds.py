@@ -175,8 +175,7 @@ def run_seeds(arm: str, steps: int | None, seeds: Sequence[int], out: Path) -> N
         _reuse_zero_shot(out, folder)
         run = seed_run(suite, arm, steps, seed)
         print(f"[fedkseed_seeds] {arm} steps={'the suite' if steps is None else steps} "
-              f"seed={seed} -> {folder}",
-              flush=True)
+              f"seed={seed} -> {folder}", flush=True)
         summary = json.loads(run_inprocess(run, folder).read_text())
         print(suite.report({run.name: summary}, folder), flush=True)
 
@@ -609,7 +608,8 @@ def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str
 
     Per seed, as the suite's report does for one seed (:func:`fedkseed._prompt_section`, which
     takes one wall budget for every arm, where this takes one per pair): each arm's accuracy on
-    the 400 held-out rows (its federated evaluation) at the last round within the budget,
+    the 400 held-out rows (its own evaluation: federated for a ZO arm, central for a LoRA arm,
+    as the suite runs them) at the last round within the budget,
     zero-shot where no round fits. The wall budget is the shorter of the two runs' totals, the
     byte budget the ZO run's total uplink. Over seeds, "ZO >= LoRA" is judged on the mean D of
     the per-seed differences (:func:`bouquet.apps.verdicts.paired_change`): inconclusive while

@@ -150,7 +150,8 @@ SMOLLM: dict[str, Any] = {
 SMOLLM_EVAL_ROWS = 400
 #: ``tune10``: each method's lr tuned on one shared grid for the ``smollm10`` schedule,
 #: non-private (issue 14 item 2) and at each target epsilon of ``epsilons`` (item 3; the
-#: private grid is tuned apart, the same way). Every method runs every lr of ``lrs`` on
+#: private grid is tuned apart, the same way). Every method runs every lr of its level's grid
+#: (``lrs``, then the level's ``beyond`` steps: :func:`tuning_lrs`) on
 #: ``grid-seeds`` with the same budget, per level; its lr is the one whose final model scores
 #: the best mean accuracy over those
 #: seeds on the ``validation`` rows of the task's held-out split (rows after the 400 the results
@@ -557,8 +558,9 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
 
     chosen: dict[str, float] = {}  # arm -> its chosen lr
     start, stop = tune["validation"]
-    lines = [f"Each method's lr on the shared grid, chosen on held-out rows {start}-{stop - 1} "
-             f"(validation; seeds {', '.join(map(str, tune['grid-seeds']))}), its result read "
+    lines = [f"Each method's lr on its level's grid (the same for every method), chosen on "
+             f"held-out rows {start}-{stop - 1} (validation; seeds "
+             f"{', '.join(map(str, tune['grid-seeds']))}), its result read "
              f"on the {SMOLLM_EVAL_ROWS} result rows (cells: validation / result accuracy of "
              "the grid seeds; the chosen lr's result over every seed run at it):", ""]
     for level in levels:
