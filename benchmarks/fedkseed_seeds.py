@@ -631,7 +631,7 @@ def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str
         raise ValueError(f"compare needs distinct seeds, got {list(seeds)}")
     suite = load_suite("fedkseed")
     zero: dict[int, float] = {}
-    budgets_at: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    accs_at: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     lines = [f"{zo_arm} against the LoRA arms per seed (accuracy on the 400 held-out rows at the "
              "budget; zero-shot where no round fits):", "",
              "| seed | LoRA arm | wall budget s | ZO / LoRA at equal wall time | uplink budget B "
@@ -652,7 +652,7 @@ def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str
                                 for name in (zo_arm, other))
                 zo_acc = z if mine is None else mine
                 lora_acc = z if theirs is None else theirs
-                lora_accs, zo_accs = budgets_at.setdefault((other, what), ([], []))
+                lora_accs, zo_accs = accs_at.setdefault((other, what), ([], []))
                 lora_accs.append(lora_acc)
                 zo_accs.append(zo_acc)
                 cells += [f"{budget:,.0f}", f"{zo_acc:.4f} / {lora_acc:.4f}"]
@@ -661,7 +661,7 @@ def compare_arms(out: Path, zo_arm: str, seeds: Sequence[int]) -> tuple[list[str
         raise ValueError(f"the seeds' zero-shot accuracies differ: {zero}")
     checks = []
     named = ", ".join(map(str, seeds))
-    for (other, what), (lora_accs, zo_accs) in budgets_at.items():
+    for (other, what), (lora_accs, zo_accs) in accs_at.items():
         d = paired_change(lora_accs, zo_accs)
         margin = max(suite.MARGIN, 2 * d.se)
         claim = (f"{zo_arm.removeprefix('prompt-')} >= {other.removeprefix('prompt-')} at equal "

@@ -222,8 +222,9 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
     preset = str(run_config.get("preset", ""))
     if preset:
         layers.append((f"preset {preset}", load_preset(preset)))
+    pinned = _explicit_defaults(run_config, specs)
     given = {k: v for k, v in run_config.items() if v != specs[k].default}
-    for k in (*(explicit or ()), *_explicit_defaults(run_config, specs)):
+    for k in (*(explicit or ()), *pinned):
         given.setdefault(k, run_config.get(k, specs[k].default))
     layers.append(("run config", given))
 
@@ -242,7 +243,7 @@ def resolve(run_config: Mapping[str, Any], explicit: Collection[str] | None = No
             merged[name] = checked
     flat = merged
     # one spelling of the keys the nodes read as set, so that saved configs compare equal
-    flat["explicit-defaults"] = ",".join(sorted(set(_explicit_defaults(run_config, specs))))
+    flat["explicit-defaults"] = ",".join(sorted(set(pinned)))
 
     common = CommonConfig(**{s.field: flat[s.name] for s in section_keys(CommonConfig)})  # type: ignore[arg-type]
     if common.method != method.name:  # a preset changed the method
