@@ -160,10 +160,17 @@ SMOLLM_EVAL_ROWS = 400
 #: then confirmation seeds at the chosen lr, which the comparison reads where there are any:
 #: :func:`tuning_report`). ``beyond`` extends one level's grid past the shared one, for every
 #: method of that level alike (:func:`tuning_lrs`): where a choice sat at the grid's edge.
+#: ``transfer`` gives a level no grid of its own: each method runs, on the confirmation seeds
+#: only, at the lr another level chose for it, declared here before its runs
+#: (:func:`transferred_lrs`; the report checks that the other level still chooses it). eps 1
+#: reuses the eps-3 choices (session 26): where does DP cost accuracy, and does the papers'
+#: ordering appear there?
 SMOLLM_TUNING: dict[str, Any] = {
     "label": "tune10", "variant": "smollm10", "lrs": (0.002, 0.005, 0.01, 0.02, 0.05),
-    "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200), "epsilons": (3.0,),
-    "beyond": {"eps3": (0.1,)},
+    "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
+    "epsilons": (3.0, 1.0), "beyond": {"eps3": (0.1,)},
+    "transfer": {"eps1": {"from": "eps3",
+                          "lrs": {"fedit": 0.01, "ffa-lora": 0.02, "fed-sb": 0.05}}},
 }
 
 
@@ -232,8 +239,11 @@ def smollm_runs() -> list[BenchRun]:
         private = {} if eps is None else {"dp.enabled": True, "dp.target-epsilon": eps}
         for method in SMOLLM["lr"]:
             arm = f"{method}-r{rank}-{tune['label']}-{level}"
-            for lr in tuning_lrs(level):
-                for seed in tune["seeds"]:
+            moved = transferred_lrs(level)
+            lrs = tuning_lrs(level) if moved is None else (moved[method],)
+            seeds = tune["seeds"] if moved is None else confirmation_seeds()
+            for lr in lrs:
+                for seed in seeds:
                     cfg = {**_smollm_base(method, tune["variant"], lr), **private, "seed": seed}
                     out.append(BenchRun(f"{arm}-lr{lr:g}-s{seed}", cfg, clients=CLIENTS,
                                         group=f"{arm}-lr{lr:g}"))
@@ -736,9 +746,25 @@ def tuning_levels() -> list[str]:
 
 
 def tuning_lrs(level: str) -> tuple[float, ...]:
-    """The lr grid of one tuning level: the shared grid, then the level's ``beyond`` steps."""
+    """The lr grid of one tuning level: the shared grid, then the level's ``beyond`` steps;
+    none for a level that reuses another's choices (:func:`transferred_lrs`)."""
     tune = SMOLLM_TUNING
+    if transferred_lrs(level) is not None:
+        return ()
     return (*tune["lrs"], *tune["beyond"].get(level, ()))
+
+
+def transferred_lrs(level: str) -> dict[str, float] | None:
+    """Per method, the lr a ``transfer`` level runs at (another level's choice, declared before
+    its runs); None for a level tuned on its own grid."""
+    moved = SMOLLM_TUNING.get("transfer", {}).get(level)
+    return None if moved is None else dict(moved["lrs"])
+
+
+def confirmation_seeds() -> tuple[int, ...]:
+    """The tuning's seeds that chose nothing: those the comparisons read."""
+    tune = SMOLLM_TUNING
+    return tuple(s for s in tune["seeds"] if s not in tune["grid-seeds"])
 
 
 def level_name(level: str) -> str:

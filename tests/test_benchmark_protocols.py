@@ -319,13 +319,29 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
             continue
         level = arm.rsplit("-", 1)[1]
         grid.setdefault((r.config["method"], level), set()).add((lr, seed))
-        reference = runs[f"{r.config['method']}-r8-smollm10-{level}-lr"
+        # a level the schedule does not run (eps 1) is its eps-3 run but for the target
+        ran = level in {"nodp", *(f"eps{e:g}" for e in suite.SMOLLM["variants"]["smollm10"]
+                                  ["epsilons"])}
+        reference = runs[f"{r.config['method']}-r8-smollm10-{level if ran else 'eps3'}-lr"
                          f"{suite.SMOLLM['lr'][r.config['method']]:g}-s{seed}"]
-        assert _without(r.config, "lr") == _without(reference.config, "lr")
+        want = _without(reference.config, "lr")
+        if not ran:
+            want["dp.target-epsilon"] = float(level[3:])
+        assert _without(r.config, "lr") == want
         assert r.config["lr"] == lr
-    assert suite.tuning_levels() == ["nodp", "eps3"]
-    assert grid == {(m, level): {(lr, s) for lr in suite.tuning_lrs(level) for s in tune["seeds"]}
-                    for m in suite.SMOLLM["lr"] for level in suite.tuning_levels()}
+    assert suite.tuning_levels() == ["nodp", "eps3", "eps1"]
+    tuned_levels = [lv for lv in suite.tuning_levels() if suite.transferred_lrs(lv) is None]
+    expected = {(m, level): {(lr, s) for lr in suite.tuning_lrs(level) for s in tune["seeds"]}
+                for m in suite.SMOLLM["lr"] for level in tuned_levels}
+    # a level that reuses another's choices runs each method at that lr on the confirmation
+    # seeds alone (the grid seeds chose the lrs), and declares the lrs the other level chose
+    for level, moved in tune["transfer"].items():
+        assert suite.tuning_lrs(level) == ()
+        assert moved["from"] in tuned_levels and set(moved["lrs"]) == set(suite.SMOLLM["lr"])
+        expected |= {(m, level): {(lr, s) for s in suite.confirmation_seeds()}
+                     for m, lr in moved["lrs"].items()}
+    assert suite.confirmation_seeds() == (1, 2, 3)
+    assert grid == expected
     # a level's grid is the shared one, extended past its upper edge for every method alike
     assert set(tune["beyond"]) <= set(suite.tuning_levels())
     assert suite.tuning_lrs("nodp") == tune["lrs"]
