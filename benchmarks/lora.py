@@ -573,9 +573,17 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
              f"{', '.join(map(str, tune['grid-seeds']))}), its result read "
              f"on the {SMOLLM_EVAL_ROWS} result rows (cells: validation / result accuracy of "
              "the grid seeds; the chosen lr's result over every seed run at it):", ""]
+    why_not: dict[str, str] = {}  # a transferred arm without a choice: why
     for level in levels:
         level_arms = {m: arms[m, level] for m in SMOLLM["lr"]}
         if not any(a in per_seed for a in level_arms.values()):
+            continue
+        moved = transferred_lrs(level)
+        if moved is not None:
+            source = SMOLLM_TUNING["transfer"][level]["from"]
+            lines += _transferred_table(level, source, level_arms, moved,
+                                        {m: arms[m, source] for m in SMOLLM["lr"]},
+                                        chosen, why_not, per_seed)
             continue
         lrs = tuning_lrs(level)
         lines += [f"{level_name(level)}:", "",
@@ -613,8 +621,9 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             paired_claim = claim[:-1] + "; paired per row)"
             pair = (arms[m, level], arms["fedit", level])
             if not all(a in chosen for a in pair):
-                why = "; ".join(f"{k}: {_no_choice(arms[k, level], per_seed)}"
-                                for k in ("fedit", m) if arms[k, level] not in chosen)
+                why = "; ".join(
+                    f"{k}: {why_not.get(arms[k, level]) or _no_choice(arms[k, level], per_seed)}"
+                    for k in ("fedit", m) if arms[k, level] not in chosen)
                 checks += [Check(c, NOT_MEASURED, f"no chosen lr ({why})")
                            for c in (claim, paired_claim)]
             else:
@@ -628,12 +637,41 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             missing = [a for a in quad if a not in chosen]
             if missing:
                 checks.append(Check(drop_claim, NOT_MEASURED, "no chosen lr (" + "; ".join(
-                    f"{a}: {_no_choice(a, per_seed)}" for a in missing) + ")"))
+                    f"{a}: {why_not.get(a) or _no_choice(a, per_seed)}" for a in missing) + ")"))
             else:
                 checks.append(_tuned_degradation(drop_claim, short, quad, chosen, per_seed,
                                                  rows_of))
     lines += [*(f"- rebuild failed: {p}" for p in cache.values() if isinstance(p, str)), ""]
     return lines, checks
+
+
+def _transferred_table(level: str, source: str, level_arms: Mapping[str, str],
+                       moved: Mapping[str, float], source_arms: Mapping[str, str],
+                       chosen: dict[str, float], why_not: dict[str, str],
+                       per_seed: Mapping[str, Mapping[float, Mapping[int, float]]]) -> list[str]:
+    """A ``transfer`` level's table: each method at the lr declared for it, which counts as its
+    choice (into ``chosen``) only while ``source``'s grid still chooses that lr (else the
+    reason goes into ``why_not``); then what the level's privacy does not cover."""
+    lines = [f"{level_name(level)}: no grid of its own; each method at the lr the {source} grid "
+             "chose for it, declared before these runs (`SMOLLM_TUNING[\"transfer\"]`):", "",
+             f"| method | declared lr | {source}'s choice now | result at the declared lr "
+             "(seeds) |", "|---|---|---|---|"]
+    for m, arm in level_arms.items():
+        lr, now = moved[m], chosen.get(source_arms[m])
+        if now == lr:
+            chosen[arm] = lr
+        elif now is None:
+            why_not[arm] = f"{source} has no choice for it to confirm the declared lr {lr:g}"
+        else:
+            why_not[arm] = f"{source} now chooses {now:g}, not the declared {lr:g}"
+        at = per_seed.get(arm, {}).get(lr, {})
+        result = (f"{_mean(list(at.values())):.4f} ({', '.join(map(str, sorted(at)))})" if at
+                  else "— (not run)")
+        lines.append(f"| {m} | {lr:g} | {'—' if now is None else f'{now:g}'} | {result} |")
+    return [*lines, "", f"Privacy: each {level_name(level)} run spends its own epsilon on its "
+            f"seed's partition; its lr comes from the {source} grid, whose runs on the grid "
+            f"seeds' rows spent what the {source} line above says, which a user who chose "
+            "lrs this way would release too.", ""]
 
 
 def _sweep_privacy_line(out_dir: Path, level: str, level_arms: Mapping[str, str],

@@ -534,6 +534,56 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
         got.measured, got
 
 
+def test_lora_a_transferred_level_runs_at_the_other_levels_choice_and_tests_the_ordering(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """eps 1 has no grid: each method's eps-3 choice counts as its eps-1 lr only while the eps-3
+    grid still chooses the declared lr; the checks then read the confirmation seeds."""
+    import numpy as np
+
+    suite = load_suite("lora")
+    n, lrs = 400, suite.SMOLLM_TUNING["lrs"]
+    acc: dict[str, float] = {}
+    for level in ("nodp", "eps3"):
+        best = 0 if level == "nodp" else 1  # non-private chooses the first lr, eps 3 the second
+        for method in suite.SMOLLM["lr"]:
+            for i, lr in enumerate(suite.tuning_lrs(level)):
+                run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
+                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
+                                       np.arange(800) >= (8 if i == best else 80))
+            for seed in (1, 2):  # confirmation seeds, non-private
+                if level == "nodp":
+                    run = f"{method}-r8-tune10-nodp-lr{lrs[0]:g}-s{seed}"
+                    acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
+                                           np.arange(800) >= 8)
+    for method in suite.SMOLLM["lr"]:
+        for seed in (1, 2):  # eps 1: FedIT loses 80 rows to privacy, FFA-LoRA none, Fed-SB 4
+            right = {"fedit": 120, "ffa-lora": 40, "fed-sb": 44}[method]
+            run = f"{method}-r8-tune10-eps1-lr{lrs[1]:g}-s{seed}"
+            acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= right, np.arange(800) >= 8)
+    declared = {"fedit": lrs[1], "ffa-lora": lrs[1], "fed-sb": lrs[1]}
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer",
+                        {"eps1": {"from": "eps3", "lrs": declared}})
+    lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    table = "\n".join(lines)
+    assert "eps1: no grid of its own" in table and f"| fedit | {lrs[1]:g} | {lrs[1]:g} | 0.7000 " \
+        "(1, 2) |" in table, table
+    by_claim = {c.claim: c for c in checks}
+    setting = "rt-smollm, r=8, 2x10 steps, each at its lr chosen on validation rows"
+    drop = by_claim[f"FFA-LoRA degrades less than FedIT under DP (eps1, {setting}; paired "
+                    "per row)"]
+    assert drop.verdict == "holds" and "confirmation seeds 1, 2;" in drop.measured, drop
+    assert "drop FedIT +0.2000, FFA-LoRA +0.0000" in drop.measured
+    assert by_claim[f"ffa-lora matches or beats FedIT ({setting}, eps1)"].verdict == "holds"
+    # a declared lr the eps-3 grid no longer chooses is no choice, and says so
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer",
+                        {"eps1": {"from": "eps3", "lrs": {**declared, "fed-sb": lrs[2]}}})
+    _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[
+        f"Fed-SB degrades less than FedIT under DP (eps1, {setting}; paired per row)"]
+    assert got.verdict == "not measured", got
+    assert f"eps3 now chooses {lrs[1]:g}, not the declared {lrs[2]:g}" in got.measured, got
+
+
 def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: Path) -> None:
     """Choosing among a private grid's runs releases all of them: the report prints their
     composed epsilon, read from the clients' saved state and kept for the committed runs; a
