@@ -12,6 +12,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -197,6 +198,30 @@ def test_the_socket_is_private_and_a_stale_one_is_replaced(tmp_path: Path) -> No
     shared.chmod(0o777)  # another user could swap the socket for one of theirs
     with pytest.raises(PermissionError, match="writable by nobody else"):
         bind(shared / "w.sock")
+
+
+def test_the_socket_path_appears_only_once_it_listens(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that finds the socket file must be able to connect: a file bound before
+    ``listen()`` refused whoever came in between (seen as a flaky ConnectionRefusedError)."""
+    path = _short_socket(tmp_path)
+    seen: list[bool] = []
+
+    class Recording(socket.socket):
+        def listen(self, *args: Any) -> None:
+            seen.append(path.exists())
+            super().listen(*args)
+
+    monkeypatch.setattr(node_worker.socket, "socket", Recording)
+    sock = bind(path)
+    try:
+        assert seen == [False]
+        assert stat.S_ISSOCK(path.lstat().st_mode) and path.stat().st_mode & 0o777 == 0o600
+        assert [p.name for p in path.parent.iterdir()] == [path.name]  # no hidden name left
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(path))
+    finally:
+        sock.close()
 
 
 def test_a_malformed_request_does_not_stop_the_worker(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import functools
 import json
 import logging
 import os
+import secrets
 import socket
 import stat
 import struct
@@ -297,7 +298,10 @@ def bind(path: str | Path) -> socket.socket:
 
     The folder must belong to this user and be writable by nobody else (else another user could
     replace the socket). A stale socket file (a worker that died) is replaced; a live one or any
-    other file there is refused.
+    other file there is refused. The socket listens under a hidden name in the same folder
+    before it is linked to ``path``, so a node that finds ``path`` can connect (bound there
+    directly, the file existed before ``listen()``, and a node that came in between was
+    refused).
     """
     path = Path(path).expanduser().resolve()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -317,10 +321,19 @@ def bind(path: str | Path) -> socket.socket:
             raise FileExistsError(f"a node worker already listens at {path}")
         finally:
             probe.close()
+    # no longer than ``path`` (AF_UNIX caps the length), and unlikely to meet another's
+    hidden = path.with_name("." + secrets.token_hex(8)[:max(len(path.name) - 1, 4)])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(path))
-    os.chmod(path, 0o600)  # before listen(): no connection is possible until then
-    sock.listen(8)
+    try:
+        sock.bind(str(hidden))
+        os.chmod(hidden, 0o600)
+        sock.listen(8)
+        os.link(hidden, path)  # refuses to replace a file that appeared meanwhile
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        hidden.unlink(missing_ok=True)
     return sock
 
 
