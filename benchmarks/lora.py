@@ -541,6 +541,10 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     tune = SMOLLM_TUNING
     _, per_seed = seeds_by_lr(acc)
     levels = tuning_levels()
+    for level, moved_from in tune.get("transfer", {}).items():
+        if levels.index(moved_from["from"]) > levels.index(level):
+            raise ValueError(f"{level} reuses {moved_from['from']}'s choices, which must be "
+                             "made first: list its epsilon earlier in SMOLLM_TUNING")
     arms = {(m, level): f"{m}-r{SMOLLM['rank']}-{tune['label']}-{level}"
             for level in levels for m in SMOLLM["lr"]}
     if not any(a in per_seed for a in arms.values()):
@@ -581,9 +585,11 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
         moved = transferred_lrs(level)
         if moved is not None:
             source = SMOLLM_TUNING["transfer"][level]["from"]
-            lines += _transferred_table(level, source, level_arms, moved,
-                                        {m: arms[m, source] for m in SMOLLM["lr"]},
+            source_arms = {m: arms[m, source] for m in SMOLLM["lr"]}
+            lines += _transferred_table(level, source, level_arms, moved, source_arms,
                                         chosen, why_not, per_seed)
+            lines += [_transfer_privacy_line(out_dir, level, source, level_arms, source_arms,
+                                             moved, acc), ""]
             continue
         lrs = tuning_lrs(level)
         lines += [f"{level_name(level)}:", "",
@@ -615,7 +621,10 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     for level in levels:
         if not any(arms[m, level] in per_seed for m in SMOLLM["lr"]):
             continue
-        setting_ = f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
+        moved_from = tune.get("transfer", {}).get(level, {}).get("from")
+        setting_ = (f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
+                    if moved_from is None
+                    else f"{setting(tune['variant'])}, each at its {moved_from} choice")
         for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
             claim = f"{m} matches or beats FedIT ({setting_}, {level_name(level)})"
             paired_claim = claim[:-1] + "; paired per row)"
@@ -650,28 +659,73 @@ def _transferred_table(level: str, source: str, level_arms: Mapping[str, str],
                        chosen: dict[str, float], why_not: dict[str, str],
                        per_seed: Mapping[str, Mapping[float, Mapping[int, float]]]) -> list[str]:
     """A ``transfer`` level's table: each method at the lr declared for it, which counts as its
-    choice (into ``chosen``) only while ``source``'s grid still chooses that lr (else the
-    reason goes into ``why_not``); then what the level's privacy does not cover."""
+    choice (into ``chosen``) only where it was run and while ``source``'s grid still chooses
+    that lr (else the reason goes into ``why_not``)."""
     lines = [f"{level_name(level)}: no grid of its own; each method at the lr the {source} grid "
              "chose for it, declared before these runs (`SMOLLM_TUNING[\"transfer\"]`):", "",
              f"| method | declared lr | {source}'s choice now | result at the declared lr "
              "(seeds) |", "|---|---|---|---|"]
     for m, arm in level_arms.items():
         lr, now = moved[m], chosen.get(source_arms[m])
-        if now == lr:
-            chosen[arm] = lr
-        elif now is None:
-            why_not[arm] = f"{source} has no choice for it to confirm the declared lr {lr:g}"
-        else:
-            why_not[arm] = f"{source} now chooses {now:g}, not the declared {lr:g}"
         at = per_seed.get(arm, {}).get(lr, {})
+        if now is None:
+            why_not[arm] = f"{source} has no choice for it to confirm the declared lr {lr:g}"
+        elif now != lr:
+            why_not[arm] = f"{source} now chooses {now:g}, not the declared {lr:g}"
+        elif not at:
+            why_not[arm] = f"not run at the declared lr {lr:g}"
+        else:
+            chosen[arm] = lr
         result = (f"{_mean(list(at.values())):.4f} ({', '.join(map(str, sorted(at)))})" if at
                   else "— (not run)")
         lines.append(f"| {m} | {lr:g} | {'—' if now is None else f'{now:g}'} | {result} |")
-    return [*lines, "", f"Privacy: each {level_name(level)} run spends its own epsilon on its "
-            f"seed's partition; its lr comes from the {source} grid, whose runs on the grid "
-            f"seeds' rows spent what the {source} line above says, which a user who chose "
-            "lrs this way would release too.", ""]
+    return [*lines, ""]
+
+
+def _transfer_privacy_line(out_dir: Path, level: str, source: str,
+                           level_arms: Mapping[str, str], source_arms: Mapping[str, str],
+                           moved: Mapping[str, float], acc: Mapping[str, float]) -> str:
+    """What a user who chose a transferred level's lrs this way would release.
+
+    Every seed deals the same pool of training rows out among the clients, so ``source``'s grid
+    runs and a run of this level read the same records: for them, the grid's runs and the run
+    compose. Per method, the composition of the grid's runs with the costliest of this level's
+    runs (:func:`bouquet.privacy.accountant.sweep_epsilon`, each run's worst client), read as
+    :func:`_sweep_privacy_line` reads the grid.
+    """
+    from bouquet.clients.persistence import StateRestoreError
+    from bouquet.privacy.accountant import sweep_epsilon
+
+    tune = SMOLLM_TUNING
+    delta = float(SMOLLM["schedule"]["dp.delta"])
+    parts = []
+    for m, arm in level_arms.items():
+        grid = [f"{source_arms[m]}-lr{lr:g}-s{s}" for lr in tuning_lrs(source)
+                for s in tune["grid-seeds"]]
+        own = [run for s in confirmation_seeds()
+               if (run := f"{arm}-lr{moved[m]:g}-s{s}") in acc]
+        if not own or any(run not in acc for run in grid):
+            parts.append(f"{m} — ({source} grid or {level_name(level)} runs missing)")
+            continue
+        try:
+            spent = [spent_histories(out_dir, run) for run in grid + own]
+        except (StateRestoreError, ValueError, KeyError, TypeError, OSError) as exc:
+            parts.append(f"{m} — (unreadable client state: {exc})")
+            continue
+        if any(h is None for h in spent):
+            parts.append(f"{m} — (no client histories for every run)")
+            continue
+        histories = [h for h in spent if h is not None]
+        graded, runs_ = histories[:len(grid)], histories[len(grid):]
+        alone = max(sweep_epsilon([r], delta) for r in runs_)
+        together = max(sweep_epsilon([*graded, r], delta) for r in runs_)
+        parts.append(f"{m} {together:.2f} ({level_name(level)} run alone {alone:.2f})")
+    return (f"Privacy: a {level_name(level)} run's epsilon covers that run alone. Its lr comes "
+            f"from the {source} grid, whose runs read the same pool of training rows (each "
+            "seed deals it out among the clients anew), so a user who chose lrs this way "
+            f"releases, for those rows, the {source} grid's runs and the run together; "
+            f"composed at delta {delta:g} (RDP, each run's worst client, the costliest run of "
+            "the level): " + "; ".join(parts) + ".")
 
 
 def _sweep_privacy_line(out_dir: Path, level: str, level_arms: Mapping[str, str],
@@ -847,6 +901,9 @@ def _tuned_comparison(claim: str, paired_claim: str, names: tuple[str, str],
     method, short = names
     theirs_at, fedit_at = (per_seed[a][chosen[a]] for a in pair)
     seeds, which = _judged_seeds([set(theirs_at), set(fedit_at)])
+    if not seeds:  # only a level without a grid seed can get here (a transferred one)
+        return [Check(c, NOT_MEASURED, "no seed run by both arms at their chosen lrs")
+                for c in (claim, paired_claim)]
     v, fedit = _mean([theirs_at[s] for s in seeds]), _mean([fedit_at[s] for s in seeds])
     diffs = [theirs_at[s] - fedit_at[s] for s in seeds]
     said = _verdict(v - fedit, v >= fedit, _spread(diffs) if len(diffs) > 1 else 0.0,
@@ -872,6 +929,8 @@ def _tuned_degradation(claim: str, short: str, quad: tuple[str, str, str, str],
     ``quad``: X non-private, X private, FedIT non-private, FedIT private.
     """
     seeds, which = _judged_seeds([set(per_seed[a][chosen[a]]) for a in quad])
+    if not seeds:
+        return Check(claim, NOT_MEASURED, "no seed run by all four arms at their chosen lrs")
     got = _seed_rows(quad, seeds, chosen, rows_of)
     if isinstance(got, str):
         return Check(claim, NOT_MEASURED, f"{which} {seeds}: {got}")

@@ -567,13 +567,27 @@ def test_lora_a_transferred_level_runs_at_the_other_levels_choice_and_tests_the_
     table = "\n".join(lines)
     assert "eps1: no grid of its own" in table and f"| fedit | {lrs[1]:g} | {lrs[1]:g} | 0.7000 " \
         "(1, 2) |" in table, table
+    assert "Privacy: a eps1 run's epsilon covers that run alone" in table
+    assert "; fed-sb — (" in table  # these folders have no client state to read
     by_claim = {c.claim: c for c in checks}
-    setting = "rt-smollm, r=8, 2x10 steps, each at its lr chosen on validation rows"
+    setting = "rt-smollm, r=8, 2x10 steps, each at its eps3 choice"
     drop = by_claim[f"FFA-LoRA degrades less than FedIT under DP (eps1, {setting}; paired "
                     "per row)"]
     assert drop.verdict == "holds" and "confirmation seeds 1, 2;" in drop.measured, drop
     assert "drop FedIT +0.2000, FFA-LoRA +0.0000" in drop.measured
     assert by_claim[f"ffa-lora matches or beats FedIT ({setting}, eps1)"].verdict == "holds"
+    # part of the level run: a method without its runs, and two arms without a common seed
+    partial = {run: a for run, a in acc.items()
+               if not (run.startswith("fed-sb-r8-tune10-eps1") or run.endswith("eps1-lr"
+                       f"{lrs[1]:g}-s2") and run.startswith("fedit")
+                       or run.endswith(f"eps1-lr{lrs[1]:g}-s1") and run.startswith("ffa"))}
+    _, checks = suite.tuning_report(tmp_path, partial, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}
+    fed_sb = got[f"fed-sb matches or beats FedIT ({setting}, eps1)"]
+    assert fed_sb.verdict == "not measured" and "not run at the declared lr" in fed_sb.measured
+    ffa = got[f"ffa-lora matches or beats FedIT ({setting}, eps1)"]
+    assert ffa.verdict == "not measured" and "no seed run by both arms" in ffa.measured, ffa
+    assert got[drop.claim].verdict == "not measured"
     # a declared lr the eps-3 grid no longer chooses is no choice, and says so
     monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer",
                         {"eps1": {"from": "eps3", "lrs": {**declared, "fed-sb": lrs[2]}}})

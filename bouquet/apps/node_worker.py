@@ -329,6 +329,9 @@ def bind(path: str | Path) -> socket.socket:
         os.chmod(hidden, 0o600)
         sock.listen(8)
         os.link(hidden, path)  # refuses to replace a file that appeared meanwhile
+    except FileExistsError as exc:  # another worker bound ``path`` since the check above
+        sock.close()
+        raise FileExistsError(f"a node worker already listens at {path}") from exc
     except BaseException:
         sock.close()
         raise
