@@ -41,3 +41,24 @@ def test_the_collected_suite_starts_with_the_fleet_groups() -> None:
     assert fleet == set(range(4)), [ids[i] for i in range(6)]
     first_quick = next(i for i, line in enumerate(ids) if "test_suite_order.py::" in line)
     assert any("test_examples.py::" in line for line in ids[:first_quick])
+
+
+def test_the_installed_xdist_keeps_a_group_on_one_worker(tmp_path: Path) -> None:
+    """``--dist loadgroup`` must send an ``xdist_group`` to one worker: the reliability fleets
+    are timed and run one at a time, and the healthy fleet is one per worker. With pytest 9.2
+    and xdist 3.8 the group is silently ignored (pytest-dev/pytest-xdist#1386; pyproject pins
+    pytest below 9.2), which this catches."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_grouped.py").write_text(
+        "import os\nimport pytest\n\n"
+        "pytestmark = pytest.mark.xdist_group('together')\n\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_where(i):\n"
+        "    with open('workers.txt', 'a') as f:\n"
+        "        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-n", "3", "--dist", "loadgroup", "test_grouped.py"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    workers = (tmp_path / "workers.txt").read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, workers
