@@ -541,10 +541,12 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     tune = SMOLLM_TUNING
     _, per_seed = seeds_by_lr(acc)
     levels = tuning_levels()
-    for level, moved_from in tune.get("transfer", {}).items():
-        if levels.index(moved_from["from"]) > levels.index(level):
-            raise ValueError(f"{level} reuses {moved_from['from']}'s choices, which must be "
-                             "made first: list its epsilon earlier in SMOLLM_TUNING")
+    for level in levels:
+        source = transfer_source(level)
+        if source is not None and (source not in levels
+                                   or levels.index(source) > levels.index(level)):
+            raise ValueError(f"{level} reuses {source}'s choices, which must be made first: "
+                             "a tuned level listed earlier in SMOLLM_TUNING")
     arms = {(m, level): f"{m}-r{SMOLLM['rank']}-{tune['label']}-{level}"
             for level in levels for m in SMOLLM["lr"]}
     if not any(a in per_seed for a in arms.values()):
@@ -582,9 +584,8 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
         level_arms = {m: arms[m, level] for m in SMOLLM["lr"]}
         if not any(a in per_seed for a in level_arms.values()):
             continue
-        moved = transferred_lrs(level)
-        if moved is not None:
-            source = SMOLLM_TUNING["transfer"][level]["from"]
+        moved, source = transferred_lrs(level), transfer_source(level)
+        if moved is not None and source is not None:
             source_arms = {m: arms[m, source] for m in SMOLLM["lr"]}
             lines += _transferred_table(level, source, level_arms, moved, source_arms,
                                         chosen, why_not, per_seed)
@@ -621,10 +622,10 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     for level in levels:
         if not any(arms[m, level] in per_seed for m in SMOLLM["lr"]):
             continue
-        moved_from = tune.get("transfer", {}).get(level, {}).get("from")
+        source = transfer_source(level)
         setting_ = (f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
-                    if moved_from is None
-                    else f"{setting(tune['variant'])}, each at its {moved_from} choice")
+                    if source is None
+                    else f"{setting(tune['variant'])}, each at its {source} choice")
         for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
             claim = f"{m} matches or beats FedIT ({setting_}, {level_name(level)})"
             paired_claim = claim[:-1] + "; paired per row)"
@@ -693,7 +694,6 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
     runs (:func:`bouquet.privacy.accountant.sweep_epsilon`, each run's worst client), read as
     :func:`_sweep_privacy_line` reads the grid.
     """
-    from bouquet.clients.persistence import StateRestoreError
     from bouquet.privacy.accountant import sweep_epsilon
 
     tune = SMOLLM_TUNING
@@ -707,15 +707,10 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
         if not own or any(run not in acc for run in grid):
             parts.append(f"{m} — ({source} grid or {level_name(level)} runs missing)")
             continue
-        try:
-            spent = [spent_histories(out_dir, run) for run in grid + own]
-        except (StateRestoreError, ValueError, KeyError, TypeError, OSError) as exc:
-            parts.append(f"{m} — (unreadable client state: {exc})")
+        histories = _histories(out_dir, grid + own)
+        if isinstance(histories, str):
+            parts.append(f"{m} — ({histories})")
             continue
-        if any(h is None for h in spent):
-            parts.append(f"{m} — (no client histories for every run)")
-            continue
-        histories = [h for h in spent if h is not None]
         graded, runs_ = histories[:len(grid)], histories[len(grid):]
         alone = max(sweep_epsilon([r], delta) for r in runs_)
         together = max(sweep_epsilon([*graded, r], delta) for r in runs_)
@@ -728,6 +723,20 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
             "the level): " + "; ".join(parts) + ".")
 
 
+def _histories(out_dir: Path, runs: list[str]
+               ) -> list[list[list[tuple[float, float, int]]]] | str:
+    """Each run's clients' accountant histories (:func:`spent_histories`), or why they cannot
+    be counted (an unreadable or inconsistent state, a run with none)."""
+    from bouquet.clients.persistence import StateRestoreError
+
+    try:
+        spent = [spent_histories(out_dir, run) for run in runs]
+    except (StateRestoreError, ValueError, KeyError, TypeError, OSError) as exc:
+        return f"unreadable client state: {exc}"
+    got = [h for h in spent if h is not None]
+    return got if len(got) == len(runs) else "no client histories for every run"
+
+
 def _sweep_privacy_line(out_dir: Path, level: str, level_arms: Mapping[str, str],
                         acc: Mapping[str, float]) -> str:
     """What choosing among a private level's grid runs spends: their composed epsilon.
@@ -738,7 +747,6 @@ def _sweep_privacy_line(out_dir: Path, level: str, level_arms: Mapping[str, str]
     clients' accountant histories (:func:`spent_histories`); a method is left out, with the
     reason, while some grid run has none or they do not account for the run.
     """
-    from bouquet.clients.persistence import StateRestoreError
     from bouquet.privacy.accountant import sweep_epsilon
 
     tune = SMOLLM_TUNING
@@ -750,14 +758,9 @@ def _sweep_privacy_line(out_dir: Path, level: str, level_arms: Mapping[str, str]
         if any(run not in acc for run in grid):
             parts.append(f"{m} — (grid incomplete)")
             continue
-        try:
-            spent = [spent_histories(out_dir, run) for run in grid]
-        except (StateRestoreError, ValueError, KeyError, TypeError, OSError) as exc:
-            parts.append(f"{m} — (unreadable client state: {exc})")
-            continue
-        runs_ = [s for s in spent if s is not None]
-        if len(runs_) < len(grid):
-            parts.append(f"{m} — (no client histories for every grid run)")
+        runs_ = _histories(out_dir, grid)
+        if isinstance(runs_, str):
+            parts.append(f"{m} — ({runs_})")
             continue
         costliest = max(sweep_epsilon([r], delta) for r in runs_)
         parts.append(f"{m} {sweep_epsilon(runs_, delta):.2f} (costliest single run "
@@ -853,6 +856,12 @@ def transferred_lrs(level: str) -> dict[str, float] | None:
     return None if moved is None else dict(moved["lrs"])
 
 
+def transfer_source(level: str) -> str | None:
+    """The level whose chosen lrs a ``transfer`` level reuses; None for a tuned level."""
+    moved = SMOLLM_TUNING.get("transfer", {}).get(level)
+    return None if moved is None else str(moved["from"])
+
+
 def confirmation_seeds() -> tuple[int, ...]:
     """The tuning's seeds that chose nothing: those the comparisons read."""
     tune = SMOLLM_TUNING
@@ -860,7 +869,7 @@ def confirmation_seeds() -> tuple[int, ...]:
 
 
 def level_name(level: str) -> str:
-    """How a claim names a level: ``non-private`` or ``eps3``."""
+    """How a claim names a level: ``non-private``, or the level itself (``eps3``, ``eps1``)."""
     return "non-private" if level == "nodp" else level
 
 

@@ -588,6 +588,11 @@ def test_lora_a_transferred_level_runs_at_the_other_levels_choice_and_tests_the_
     ffa = got[f"ffa-lora matches or beats FedIT ({setting}, eps1)"]
     assert ffa.verdict == "not measured" and "no seed run by both arms" in ffa.measured, ffa
     assert got[drop.claim].verdict == "not measured"
+    # a level may only reuse a tuned level's choices made before it
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "epsilons", (1.0, 3.0))
+    with pytest.raises(ValueError, match="eps1 reuses eps3's choices, which must be made first"):
+        suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "epsilons", (3.0, 1.0))
     # a declared lr the eps-3 grid no longer chooses is no choice, and says so
     monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer",
                         {"eps1": {"from": "eps3", "lrs": {**declared, "fed-sb": lrs[2]}}})
@@ -617,11 +622,11 @@ def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: 
     history = [(0.66, 0.0094, 20)]
     one = sweep_epsilon([[history]], 1e-5)
 
-    def save(run: str, pid: int) -> None:
+    def save(run: str, pid: int, spent: list[tuple[float, float, int]] = history) -> None:
         ctx = Context(7, pid, {"partition-id": pid, "num-partitions": 2}, RecordDict(), {})
         store = NodeStore(tmp_path / run / "client-state" / f"partition-{pid}", pid, 7, False)
         restore(ctx, store, 2)
-        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps(history)})
+        ctx.state[ACCOUNTANT_KEY] = ConfigRecord({"history": json.dumps(spent)})
         persist(ctx, store, 2)
 
     for method in ("fedit", "ffa-lora", "fed-sb"):
@@ -641,8 +646,27 @@ def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: 
     assert f"a method's {len(lrs)} grid runs" in said
     assert f"fedit {composed:.2f} (costliest single run {one:.2f})" in said
     assert composed > one + 0.1
-    assert "ffa-lora — (no client histories for every grid run)" in said
+    assert "ffa-lora — (no client histories for every run)" in said
     assert "fed-sb — (unreadable client state: " in said and "1 of its 2 clients" in said
+    # eps 1 at FedIT's eps-3 choice: its runs compose with the eps-3 grid they took the lr from
+    strong = [(1.02, 0.0094, 20)]
+    alone = sweep_epsilon([[strong]], 1e-5)
+    for seed in (1, 2):
+        run = f"fedit-r8-tune10-eps1-lr{suite.transferred_lrs('eps1')['fedit']:g}-s{seed}"
+        acc[run] = _tuning_run(tmp_path / run, np.arange(400) >= 40, np.arange(800) >= 8)
+        (tmp_path / run / "bench.json").write_text(json.dumps({"clients": 2}))
+        (tmp_path / run / "summary.json").write_text(json.dumps(
+            {"privacy": {"epsilon": alone, "delta": 1e-5}}))
+        for pid in (0, 1):
+            save(run, pid, strong)
+    lines, _ = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    moved = next(line for line in lines if line.startswith("Privacy: a eps1 run"))
+    together = sweep_epsilon([[history]] * len(lrs) + [[strong]], 1e-5)
+    assert f"fedit {together:.2f} (eps1 run alone {alone:.2f})" in moved, moved
+    assert together > composed and together > alone
+    assert "ffa-lora — (eps3 grid or eps1 runs missing)" in moved
+    for seed in (1, 2):
+        acc.pop(f"fedit-r8-tune10-eps1-lr{suite.transferred_lrs('eps1')['fedit']:g}-s{seed}")
     # the committed runs keep privacy.json, not the node state
     for lr in lrs:
         shutil.rmtree(tmp_path / f"fedit-r8-tune10-eps3-lr{lr:g}-s0" / "client-state")

@@ -224,6 +224,23 @@ def test_the_socket_path_appears_only_once_it_listens(tmp_path: Path,
         sock.close()
 
 
+def test_a_clash_of_hidden_names_removes_nothing_of_the_other_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hidden name is random; should it meet another worker's, the bind fails and that
+    worker's socket stays where it is."""
+    path = _short_socket(tmp_path)
+    monkeypatch.setattr(node_worker.secrets, "token_hex", lambda n: "ab" * n)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hidden = path.with_name("." + ("ab" * 8)[:len(path.name) - 1])  # the name bind() draws
+    other.bind(str(hidden))
+    try:
+        with pytest.raises(OSError):
+            bind(path)
+        assert hidden.exists() and not path.exists()
+    finally:
+        other.close()
+
+
 def test_a_malformed_request_does_not_stop_the_worker(tmp_path: Path) -> None:
     path = _short_socket(tmp_path)
     stop = _serve_in_thread(path, {"train": lambda m, c: Message(RecordDict(), reply_to=m)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,9 +57,10 @@ def test_the_installed_xdist_keeps_a_group_on_one_worker(tmp_path: Path) -> None
         "def test_where(i):\n"
         "    with open('workers.txt', 'a') as f:\n"
         "        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-n", "3", "--dist", "loadgroup", "test_grouped.py"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           "-n", "2", "--dist", "loadgroup", "test_grouped.py"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     workers = (tmp_path / "workers.txt").read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1, workers

@@ -321,11 +321,14 @@ def bind(path: str | Path) -> socket.socket:
             raise FileExistsError(f"a node worker already listens at {path}")
         finally:
             probe.close()
-    # no longer than ``path`` (AF_UNIX caps the length), and unlikely to meet another's
-    hidden = path.with_name("." + secrets.token_hex(8)[:max(len(path.name) - 1, 4)])
+    # as long as ``path``'s own name (AF_UNIX caps a path's length), two characters at least;
+    # a clash with another worker's hidden name fails the bind and removes nothing of theirs
+    hidden = path.with_name("." + secrets.token_hex(8)[:max(len(path.name) - 1, 1)])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = False
     try:
         sock.bind(str(hidden))
+        bound = True
         os.chmod(hidden, 0o600)
         sock.listen(8)
         os.link(hidden, path)  # refuses to replace a file that appeared meanwhile
@@ -336,7 +339,8 @@ def bind(path: str | Path) -> socket.socket:
         sock.close()
         raise
     finally:
-        hidden.unlink(missing_ok=True)
+        if bound:  # a kill before this line leaves the hidden name behind (harmless, unused)
+            hidden.unlink(missing_ok=True)
     return sock
 
 
