@@ -60,7 +60,11 @@ grid, tuned apart, for the private runs at eps 3 (the ``smollm10`` private run b
 session 23), whose chosen lrs give a DP ordering with every arm tuned; the private grid goes
 one step further, to 0.1, for every method (session 25: Fed-SB's private choice sat at 0.05,
 the shared grid's upper edge). Its runs are named
-``<method>-r8-tune10-<nodp|eps3>-lr<lr>-s<seed>`` and kept out of every other check.
+``<method>-r8-tune10-<level>-lr<lr>-s<seed>`` and kept out of every other check. Levels
+without a grid reuse another level's choices (``transfer``): eps 1 at the eps-3 lrs; and
+``dirnodp`` / ``direps3``, the non-private and eps-3 choices on a label-Dirichlet(0.5) split of
+the same rows over the same 3 clients, which also test "FFA-LoRA (Fed-SB) loses less than FedIT
+to heterogeneity".
 The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
 model's zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed
 suite).
@@ -148,6 +152,9 @@ SMOLLM: dict[str, Any] = {
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
+#: A label-Dirichlet split of the same training rows over the same 3 clients (alpha 0.5, as in
+#: FFA-LoRA's non-IID runs with 3 clients): the ``split`` of a :data:`SMOLLM_TUNING` level.
+DIRICHLET_SPLIT: dict[str, Any] = {"partition": "dirichlet", "dirichlet-alpha": 0.5}
 #: ``tune10``: each method's lr tuned on one shared grid for the ``smollm10`` schedule,
 #: non-private (issue 14 item 2) and at each target epsilon of ``epsilons`` (item 3; the
 #: private grid is tuned apart, the same way). Every method runs every lr of its level's grid
@@ -164,13 +171,23 @@ SMOLLM_EVAL_ROWS = 400
 #: only, at the lr another level chose for it, declared here before its runs
 #: (:func:`transferred_lrs`; the report checks that the other level still chooses it). eps 1
 #: reuses the eps-3 choices (session 26): where does DP cost accuracy, and does the papers'
-#: ordering appear there?
+#: ordering appear there? A ``transfer`` level with a ``split`` keeps its source's privacy and
+#: deals the rows out by that split instead (:func:`level_split`, :func:`level_epsilon`):
+#: ``dirnodp`` and ``direps3`` run the non-private and eps-3 choices on a label-Dirichlet(0.5)
+#: split of the same rows (session 27: does FedIT, whose average of A and B is not the average
+#: of the clients' updates, lose more to heterogeneity than the exact methods?), on their own
+#: ``seeds``.
 SMOLLM_TUNING: dict[str, Any] = {
     "label": "tune10", "variant": "smollm10", "lrs": (0.002, 0.005, 0.01, 0.02, 0.05),
     "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
     "epsilons": (3.0, 1.0), "beyond": {"eps3": (0.1,)},
-    "transfer": {"eps1": {"from": "eps3",
-                          "lrs": {"fedit": 0.01, "ffa-lora": 0.02, "fed-sb": 0.05}}},
+    "transfer": {
+        "eps1": {"from": "eps3", "lrs": {"fedit": 0.01, "ffa-lora": 0.02, "fed-sb": 0.05}},
+        "dirnodp": {"from": "nodp", "split": DIRICHLET_SPLIT, "seeds": (1, 2),
+                    "lrs": {"fedit": 0.002, "ffa-lora": 0.02, "fed-sb": 0.01}},
+        "direps3": {"from": "eps3", "split": DIRICHLET_SPLIT, "seeds": (1, 2),
+                    "lrs": {"fedit": 0.01, "ffa-lora": 0.02, "fed-sb": 0.05}},
+    },
 }
 
 
@@ -235,16 +252,18 @@ def smollm_runs() -> list[BenchRun]:
                     out.append(BenchRun(f"{arm}-{level}-lr{lr:g}-s{seed}", {**cfg, "seed": seed},
                                         clients=CLIENTS, group=f"{arm}-{level}-lr{lr:g}"))
     tune = SMOLLM_TUNING
-    for level, eps in zip(tuning_levels(), (None, *tune["epsilons"]), strict=True):
+    for level in tuning_levels():
+        eps = level_epsilon(level)
         private = {} if eps is None else {"dp.enabled": True, "dp.target-epsilon": eps}
         for method in SMOLLM["lr"]:
             arm = f"{method}-r{rank}-{tune['label']}-{level}"
             moved = transferred_lrs(level)
             lrs = tuning_lrs(level) if moved is None else (moved[method],)
-            seeds = tune["seeds"] if moved is None else confirmation_seeds()
+            seeds = tune["seeds"] if moved is None else level_seeds(level)
             for lr in lrs:
                 for seed in seeds:
-                    cfg = {**_smollm_base(method, tune["variant"], lr), **private, "seed": seed}
+                    cfg = {**_smollm_base(method, tune["variant"], lr), **level_split(level),
+                           **private, "seed": seed}
                     out.append(BenchRun(f"{arm}-lr{lr:g}-s{seed}", cfg, clients=CLIENTS,
                                         group=f"{arm}-lr{lr:g}"))
     return out
@@ -532,7 +551,10 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     errors). Per private level, "FFA-LoRA (Fed-SB) degrades less than FedIT under DP" is judged
     per row as well: each method's drop is its non-private model's correctness at its
     non-private chosen lr minus its private model's at its private chosen lr, over the seeds
-    all four runs share (confirmation seeds where there are any). Each private level's table is
+    all four runs share (confirmation seeds where there are any), from the non-private level of
+    the same split (:func:`dp_reference`). A level on a ``split`` is also judged on "FFA-LoRA
+    (Fed-SB) loses less than FedIT to the split": each method's drop from its source level (the
+    same privacy, IID) to this one, per row, the same way. Each private level's table is
     followed by what its tuning spent in privacy (:func:`_sweep_privacy_line`: the grid's runs
     composed, since the choice releases all of them). ``held`` and ``validation``:
     the rows (made on first need when None). Returns the markdown lines and the checks; nothing
@@ -589,8 +611,9 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             source_arms = {m: arms[m, source] for m in SMOLLM["lr"]}
             lines += _transferred_table(level, source, level_arms, moved, source_arms,
                                         chosen, why_not, per_seed)
-            lines += [_transfer_privacy_line(out_dir, level, source, level_arms, source_arms,
-                                             moved, acc), ""]
+            if level_epsilon(level) is not None:
+                lines += [_transfer_privacy_line(out_dir, level, source, level_arms,
+                                                 source_arms, moved, acc), ""]
             continue
         lrs = tuning_lrs(level)
         lines += [f"{level_name(level)}:", "",
@@ -625,7 +648,7 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
         source = transfer_source(level)
         setting_ = (f"{setting(tune['variant'])}, each at its lr chosen on validation rows"
                     if source is None
-                    else f"{setting(tune['variant'])}, each at its {source} choice")
+                    else f"{setting(tune['variant'])}, each at its {level_name(source)} choice")
         for m, short in (("ffa-lora", "FFA-LoRA"), ("fed-sb", "Fed-SB")):
             claim = f"{m} matches or beats FedIT ({setting_}, {level_name(level)})"
             paired_claim = claim[:-1] + "; paired per row)"
@@ -639,18 +662,27 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             else:
                 checks += _tuned_comparison(claim, paired_claim, (m, short), pair, chosen,
                                             per_seed, rows_of)
-            if level == "nodp":
-                continue
-            drop_claim = (f"{short} degrades less than FedIT under DP ({level}, {setting_}; "
-                          "paired per row)")
-            quad = (arms[m, "nodp"], pair[0], arms["fedit", "nodp"], pair[1])
-            missing = [a for a in quad if a not in chosen]
-            if missing:
-                checks.append(Check(drop_claim, NOT_MEASURED, "no chosen lr (" + "; ".join(
-                    f"{a}: {why_not.get(a) or _no_choice(a, per_seed)}" for a in missing) + ")"))
-            else:
-                checks.append(_tuned_degradation(drop_claim, short, quad, chosen, per_seed,
-                                                 rows_of))
+            drops = []  # (claim, the level the drop is from, what the two sides are)
+            reference = dp_reference(level)
+            if reference is not None:
+                drops.append((f"{short} degrades less than FedIT under DP ({level_name(level)}, "
+                              f"{setting_}; paired per row)", reference,
+                              ("non-private", "private")))
+            split = level_split(level)
+            if split and source is not None:
+                drops.append((f"{short} loses less than FedIT to the {split_name(split)} "
+                              f"({level_name(source)}, {setting_}; paired per row)", source,
+                              ("IID", split_name(split))))
+            for drop_claim, origin, sides in drops:
+                quad = (arms[m, origin], pair[0], arms["fedit", origin], pair[1])
+                missing = [a for a in quad if a not in chosen]
+                if missing:
+                    checks.append(Check(drop_claim, NOT_MEASURED, "no chosen lr (" + "; ".join(
+                        f"{a}: {why_not.get(a) or _no_choice(a, per_seed)}" for a in missing)
+                        + ")"))
+                else:
+                    checks.append(_tuned_degradation(drop_claim, short, quad, chosen, per_seed,
+                                                     rows_of, sides))
     lines += [*(f"- rebuild failed: {p}" for p in cache.values() if isinstance(p, str)), ""]
     return lines, checks
 
@@ -662,17 +694,19 @@ def _transferred_table(level: str, source: str, level_arms: Mapping[str, str],
     """A ``transfer`` level's table: each method at the lr declared for it, which counts as its
     choice (into ``chosen``) only where it was run and while ``source``'s grid still chooses
     that lr (else the reason goes into ``why_not``)."""
-    lines = [f"{level_name(level)}: no grid of its own; each method at the lr the {source} grid "
-             "chose for it, declared before these runs (`SMOLLM_TUNING[\"transfer\"]`):", "",
-             f"| method | declared lr | {source}'s choice now | result at the declared lr "
-             "(seeds) |", "|---|---|---|---|"]
+    lines = [f"{level_name(level)}: no grid of its own; each method at the lr the "
+             f"{level_name(source)} grid chose for it, declared before these runs "
+             "(`SMOLLM_TUNING[\"transfer\"]`):", "",
+             f"| method | declared lr | {level_name(source)}'s choice now | result at the "
+             "declared lr (seeds) |", "|---|---|---|---|"]
     for m, arm in level_arms.items():
         lr, now = moved[m], chosen.get(source_arms[m])
         at = per_seed.get(arm, {}).get(lr, {})
         if now is None:
-            why_not[arm] = f"{source} has no choice for it to confirm the declared lr {lr:g}"
+            why_not[arm] = (f"{level_name(source)} has no choice for it to confirm the declared "
+                            f"lr {lr:g}")
         elif now != lr:
-            why_not[arm] = f"{source} now chooses {now:g}, not the declared {lr:g}"
+            why_not[arm] = f"{level_name(source)} now chooses {now:g}, not the declared {lr:g}"
         elif not at:
             why_not[arm] = f"not run at the declared lr {lr:g}"
         else:
@@ -702,7 +736,7 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
     for m, arm in level_arms.items():
         grid = [f"{source_arms[m]}-lr{lr:g}-s{s}" for lr in tuning_lrs(source)
                 for s in tune["grid-seeds"]]
-        own = [run for s in confirmation_seeds()
+        own = [run for s in level_seeds(level)
                if (run := f"{arm}-lr{moved[m]:g}-s{s}") in acc]
         if not own or any(run not in acc for run in grid):
             parts.append(f"{m} — ({source} grid or {level_name(level)} runs missing)")
@@ -836,8 +870,11 @@ def spent_histories(out_dir: Path, run: str) -> list[list[tuple[float, float, in
 
 
 def tuning_levels() -> list[str]:
-    """The privacy levels :data:`SMOLLM_TUNING` tunes: ``nodp``, then ``eps<e>`` per epsilon."""
-    return ["nodp", *(f"eps{eps:g}" for eps in SMOLLM_TUNING["epsilons"])]
+    """The levels :data:`SMOLLM_TUNING` runs: ``nodp``, then ``eps<e>`` per epsilon, then the
+    ``transfer`` levels that are not privacy levels (a split's), in their declared order."""
+    tune = SMOLLM_TUNING
+    levels = ["nodp", *(f"eps{eps:g}" for eps in tune["epsilons"])]
+    return [*levels, *(k for k in tune.get("transfer", {}) if k not in levels)]
 
 
 def tuning_lrs(level: str) -> tuple[float, ...]:
@@ -849,17 +886,55 @@ def tuning_lrs(level: str) -> tuple[float, ...]:
     return (*tune["lrs"], *tune["beyond"].get(level, ()))
 
 
+def _transfer(level: str) -> Mapping[str, Any] | None:
+    """A ``transfer`` level's declaration in :data:`SMOLLM_TUNING`; None for a tuned level."""
+    moved: Mapping[str, Any] | None = SMOLLM_TUNING.get("transfer", {}).get(level)
+    return moved
+
+
 def transferred_lrs(level: str) -> dict[str, float] | None:
     """Per method, the lr a ``transfer`` level runs at (another level's choice, declared before
     its runs); None for a level tuned on its own grid."""
-    moved = SMOLLM_TUNING.get("transfer", {}).get(level)
+    moved = _transfer(level)
     return None if moved is None else dict(moved["lrs"])
 
 
 def transfer_source(level: str) -> str | None:
     """The level whose chosen lrs a ``transfer`` level reuses; None for a tuned level."""
-    moved = SMOLLM_TUNING.get("transfer", {}).get(level)
+    moved = _transfer(level)
     return None if moved is None else str(moved["from"])
+
+
+def level_split(level: str) -> dict[str, Any]:
+    """The partition keys a level's runs override (a ``split``): none for the IID levels."""
+    moved = _transfer(level)
+    return {} if moved is None else dict(moved.get("split", {}))
+
+
+def level_epsilon(level: str) -> float | None:
+    """A level's target epsilon: None for ``nodp``, ``e`` for ``eps<e>``; a level with a
+    ``split`` keeps its source's."""
+    moved = _transfer(level)
+    if moved is not None and "split" in moved:
+        return level_epsilon(str(moved["from"]))
+    return None if level == "nodp" else float(level.removeprefix("eps"))
+
+
+def level_seeds(level: str) -> tuple[int, ...]:
+    """The seeds a ``transfer`` level runs: its own ``seeds``, else the confirmation seeds."""
+    moved = _transfer(level)
+    return tuple(moved["seeds"]) if moved and "seeds" in moved else confirmation_seeds()
+
+
+def dp_reference(level: str) -> str | None:
+    """The non-private level a private level's drop under DP is read from: the one with the
+    same split (``nodp`` for the IID levels); None for a non-private level or where none is
+    declared."""
+    if level_epsilon(level) is None:
+        return None
+    split = level_split(level)
+    return next((lv for lv in tuning_levels()
+                 if level_epsilon(lv) is None and level_split(lv) == split), None)
 
 
 def confirmation_seeds() -> tuple[int, ...]:
@@ -868,9 +943,20 @@ def confirmation_seeds() -> tuple[int, ...]:
     return tuple(s for s in tune["seeds"] if s not in tune["grid-seeds"])
 
 
+def split_name(split: Mapping[str, Any]) -> str:
+    """How a claim names a split: ``Dirichlet 0.5 split`` (``partition`` and its key)."""
+    if split.get("partition") == "dirichlet":
+        return f"Dirichlet {float(split['dirichlet-alpha']):g} split"
+    return f"{split.get('partition', 'iid')} split"
+
+
 def level_name(level: str) -> str:
-    """How a claim names a level: ``non-private``, or the level itself (``eps3``, ``eps1``)."""
-    return "non-private" if level == "nodp" else level
+    """How a claim names a level: ``non-private`` or ``eps3``, after its split where it has one
+    (``Dirichlet 0.5 split, eps3``)."""
+    eps = level_epsilon(level)
+    privacy = "non-private" if eps is None else f"eps{eps:g}"
+    split = level_split(level)
+    return f"{split_name(split)}, {privacy}" if split else privacy
 
 
 def _tuning_cell(val: float | None, per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
@@ -932,10 +1018,12 @@ def _tuned_comparison(claim: str, paired_claim: str, names: tuple[str, str],
 def _tuned_degradation(claim: str, short: str, quad: tuple[str, str, str, str],
                        chosen: Mapping[str, float],
                        per_seed: Mapping[str, Mapping[float, Mapping[int, float]]],
-                       rows_of: Callable[[str, bool], Rows | str | None]) -> Check:
-    """"X degrades less than FedIT under DP", per row, each run at its level's chosen lr.
+                       rows_of: Callable[[str, bool], Rows | str | None],
+                       sides: tuple[str, str] = ("non-private", "private")) -> Check:
+    """"X degrades less than FedIT" from one level to another (under DP, or on a split), per
+    row, each run at its level's chosen lr.
 
-    ``quad``: X non-private, X private, FedIT non-private, FedIT private.
+    ``quad``: X before, X after, FedIT before, FedIT after; ``sides`` names before and after.
     """
     seeds, which = _judged_seeds([set(per_seed[a][chosen[a]]) for a in quad])
     if not seeds:
@@ -950,7 +1038,7 @@ def _tuned_degradation(claim: str, short: str, quad: tuple[str, str, str, str],
     lrs = ", ".join(f"{chosen[a]:g}" for a in quad)
     return Check(claim, check.verdict,
                  f"{which} {', '.join(map(str, seeds))}; chosen lrs {lrs} ({short} "
-                 f"non-private, private; FedIT non-private, private); drop FedIT "
+                 f"{sides[0]}, {sides[1]}; FedIT {sides[0]}, {sides[1]}); drop FedIT "
                  f"{sum(fedit) / len(fedit):+.4f}, {short} {sum(theirs) / len(theirs):+.4f}; "
                  f"{check.measured}")
 

@@ -307,7 +307,8 @@ def test_lora_paired_check_pairs_the_runs_rows_and_refuses_a_model_that_is_not_t
 def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Every method runs every lr of one grid on the same seeds, per privacy level, and each
-    run is the ``smollm10`` schedule's run of its level but for its lr."""
+    run is the ``smollm10`` schedule's run of its level but for its lr (and, on a level with a
+    split, but for the split's partition keys)."""
     monkeypatch.setenv("LORA_BENCH_TASK", "rt-smollm")
     suite = load_suite("lora")
     runs = {r.name: r for r in suite.runs(True)}
@@ -319,17 +320,23 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
             continue
         level = arm.rsplit("-", 1)[1]
         grid.setdefault((r.config["method"], level), set()).add((lr, seed))
-        # a level the schedule does not run (eps 1) is its eps-3 run but for the target
-        ran = level in {"nodp", *(f"eps{e:g}" for e in suite.SMOLLM["variants"]["smollm10"]
-                                  ["epsilons"])}
-        reference = runs[f"{r.config['method']}-r8-smollm10-{level if ran else 'eps3'}-lr"
+        # a level the schedule does not run (eps 1) is its eps-3 run but for the target; a
+        # level on a split is its source level's run on that split
+        split = suite.level_split(level)
+        privacy = suite.transfer_source(level) if split else level
+        ran = privacy in {"nodp", *(f"eps{e:g}" for e in suite.SMOLLM["variants"]["smollm10"]
+                                    ["epsilons"])}
+        reference = runs[f"{r.config['method']}-r8-smollm10-{privacy if ran else 'eps3'}-lr"
                          f"{suite.SMOLLM['lr'][r.config['method']]:g}-s{seed}"]
-        want = _without(reference.config, "lr")
+        want = {**_without(reference.config, "lr"), **split}
         if not ran:
             want["dp.target-epsilon"] = float(level[3:])
         assert _without(r.config, "lr") == want
         assert r.config["lr"] == lr
-    assert suite.tuning_levels() == ["nodp", "eps3", "eps1"]
+    assert suite.tuning_levels() == ["nodp", "eps3", "eps1", "dirnodp", "direps3"]
+    assert [suite.level_epsilon(lv) for lv in suite.tuning_levels()] == [None, 3, 1, None, 3]
+    assert suite.level_split("dirnodp") == {"partition": "dirichlet", "dirichlet-alpha": 0.5}
+    assert suite.level_split("eps1") == {} and suite.dp_reference("direps3") == "dirnodp"
     tuned_levels = [lv for lv in suite.tuning_levels() if suite.transferred_lrs(lv) is None]
     expected = {(m, level): {(lr, s) for lr in suite.tuning_lrs(level) for s in tune["seeds"]}
                 for m in suite.SMOLLM["lr"] for level in tuned_levels}
@@ -338,8 +345,9 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
     for level, moved in tune["transfer"].items():
         assert suite.tuning_lrs(level) == ()
         assert moved["from"] in tuned_levels and set(moved["lrs"]) == set(suite.SMOLLM["lr"])
-        expected |= {(m, level): {(lr, s) for s in suite.confirmation_seeds()}
+        expected |= {(m, level): {(lr, s) for s in suite.level_seeds(level)}
                      for m, lr in moved["lrs"].items()}
+        assert set(suite.level_seeds(level)) <= set(suite.confirmation_seeds())
     assert suite.confirmation_seeds() == (1, 2, 3)
     assert grid == expected
     # a level's grid is the shared one, extended past its upper edge for every method alike
@@ -601,6 +609,78 @@ def test_lora_a_transferred_level_runs_at_the_other_levels_choice_and_tests_the_
         f"Fed-SB degrades less than FedIT under DP (eps1, {setting}; paired per row)"]
     assert got.verdict == "not measured", got
     assert f"eps3 now chooses {lrs[1]:g}, not the declared {lrs[2]:g}" in got.measured, got
+
+
+def test_lora_a_level_on_a_split_tests_the_loss_to_heterogeneity_and_to_dp_on_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transferred level with a ``split`` keeps its source's privacy: its drop from the source
+    (IID) is judged per row, and a private one's drop under DP is read from the non-private
+    level on the same split, not from the IID one."""
+    import numpy as np
+
+    suite = load_suite("lora")
+    n, lrs = 400, suite.SMOLLM_TUNING["lrs"]
+    split = {"partition": "dirichlet", "dirichlet-alpha": 0.5}
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer", {
+        "dirnodp": {"from": "nodp", "split": split, "seeds": (1, 2),
+                    "lrs": dict.fromkeys(suite.SMOLLM["lr"], lrs[0])},
+        "direps3": {"from": "eps3", "split": split, "seeds": (1, 2),
+                    "lrs": dict.fromkeys(suite.SMOLLM["lr"], lrs[1])}})
+    assert suite.tuning_levels() == ["nodp", "eps3", "eps1", "dirnodp", "direps3"]
+    acc: dict[str, float] = {}
+    # rows each run misses (a run is right from this row on): IID every method misses 40;
+    # on the split FedIT misses 80 more, non-private and private alike, FFA-LoRA none
+    # non-private and 40 more under DP, Fed-SB 4 more in both
+    wrong = {"dirnodp": {"fedit": 120, "ffa-lora": 40, "fed-sb": 44},
+             "direps3": {"fedit": 120, "ffa-lora": 80, "fed-sb": 44}}
+    for level in ("nodp", "eps3"):
+        best = 0 if level == "nodp" else 1  # non-private chooses the first lr, eps 3 the second
+        for method in suite.SMOLLM["lr"]:
+            for i, lr in enumerate(suite.tuning_lrs(level)):
+                run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
+                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
+                                       np.arange(800) >= (8 if i == best else 80))
+            for seed in (1, 2):
+                run = f"{method}-r8-tune10-{level}-lr{lrs[best]:g}-s{seed}"
+                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40, np.arange(800) >= 8)
+                lv = f"dir{level}"
+                run = f"{method}-r8-tune10-{lv}-lr{lrs[best]:g}-s{seed}"
+                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= wrong[lv][method],
+                                       np.arange(800) >= 8)
+    lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    table = "\n".join(lines)
+    assert ("Dirichlet 0.5 split, non-private: no grid of its own; each method at the lr the "
+            "non-private grid chose for it") in table, table
+    assert "Privacy: a Dirichlet 0.5 split, non-private run" not in table  # it spends nothing
+    assert "Privacy: a Dirichlet 0.5 split, eps3 run's epsilon covers that run alone" in table
+    by_claim = {c.claim: c for c in checks}
+    plain = "rt-smollm, r=8, 2x10 steps, each at its non-private choice"
+    private = "rt-smollm, r=8, 2x10 steps, each at its eps3 choice"
+    hetero = by_claim[f"FFA-LoRA loses less than FedIT to the Dirichlet 0.5 split (non-private, "
+                      f"{plain}; paired per row)"]
+    assert hetero.verdict == "holds", hetero  # FedIT loses 0.20, FFA-LoRA nothing
+    assert "confirmation seeds 1, 2;" in hetero.measured
+    assert "drop FedIT +0.2000, FFA-LoRA +0.0000" in hetero.measured
+    assert "(FFA-LoRA IID, Dirichlet 0.5 split; FedIT IID, Dirichlet 0.5 split)" in \
+        hetero.measured
+    hetero_dp = by_claim[f"FFA-LoRA loses less than FedIT to the Dirichlet 0.5 split (eps3, "
+                         f"{private}; paired per row)"]
+    assert hetero_dp.verdict == "holds" and "FFA-LoRA +0.1000" in hetero_dp.measured, hetero_dp
+    # under DP on the split, from the split's own non-private runs: FedIT loses nothing more
+    dp = by_claim[f"FFA-LoRA degrades less than FedIT under DP (Dirichlet 0.5 split, eps3, "
+                  f"{private}; paired per row)"]
+    assert dp.verdict == "does not hold", dp
+    assert "drop FedIT +0.0000, FFA-LoRA +0.1000" in dp.measured
+    assert f"chosen lrs {lrs[0]:g}, {lrs[1]:g}, {lrs[0]:g}, {lrs[1]:g}" in dp.measured
+    assert by_claim[f"fed-sb matches or beats FedIT ({plain}, Dirichlet 0.5 split, "
+                    "non-private)"].verdict == "holds"
+    assert not any("under DP (Dirichlet 0.5 split, non-private" in c for c in by_claim)
+    # without FedIT's non-private runs on the split, the private level's drop under DP is not
+    # measured, and says why
+    partial = {r: a for r, a in acc.items() if not r.startswith("fedit-r8-tune10-dirnodp")}
+    _, checks = suite.tuning_report(tmp_path, partial, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[dp.claim]
+    assert got.verdict == "not measured" and "not run at the declared lr" in got.measured, got
 
 
 def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: Path) -> None:
