@@ -64,7 +64,7 @@ the shared grid's upper edge). Its runs are named
 without a grid reuse another level's choices (``transfer``): eps 1 at the eps-3 lrs; and
 ``dirnodp`` / ``direps3``, the non-private and eps-3 choices on a label-Dirichlet(0.5) split of
 the same rows over the same 3 clients, which also test "FFA-LoRA (Fed-SB) loses less than FedIT
-to heterogeneity".
+to the Dirichlet 0.5 split".
 The report judges them on the task's 400 held-out rows, and "learns" means above the pretrained
 model's zero-shot accuracy on those rows (computed once, ``zero_shot.json`` of the fedkseed
 suite).
@@ -259,7 +259,7 @@ def smollm_runs() -> list[BenchRun]:
             arm = f"{method}-r{rank}-{tune['label']}-{level}"
             moved = transferred_lrs(level)
             lrs = tuning_lrs(level) if moved is None else (moved[method],)
-            seeds = tune["seeds"] if moved is None else level_seeds(level)
+            seeds = tune["seeds"] if moved is None else transfer_seeds(level)
             for lr in lrs:
                 for seed in seeds:
                     cfg = {**_smollm_base(method, tune["variant"], lr), **level_split(level),
@@ -539,9 +539,9 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
     """The ``tune10`` grids (:data:`SMOLLM_TUNING`): each method's lr chosen on validation rows,
     per privacy level, then the comparisons at the chosen lrs.
 
-    Per level (non-private, then each target epsilon), a method gets a chosen lr only when every
-    lr of the grid has a final model scored on the validation rows for every grid seed (a
-    partial grid would favour the arms run further). "FFA-LoRA (Fed-SB) matches or beats
+    Per level (non-private, each target epsilon, then the levels on a split), a method gets a
+    chosen lr only when every lr of the grid has a final model scored on the validation rows for
+    every grid seed (a partial grid would favour the arms run further). "FFA-LoRA (Fed-SB) matches or beats
     FedIT" is judged per level on the 400 result rows at the chosen lrs, over the confirmation
     seeds both were run at there (seeds beyond the grid's; the grid seeds only where there are
     none, named so in the check: their models won the choice, partly by their own training
@@ -662,11 +662,11 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             else:
                 checks += _tuned_comparison(claim, paired_claim, (m, short), pair, chosen,
                                             per_seed, rows_of)
-            drops = []  # (claim, the level the drop is from, what the two sides are)
-            reference = dp_reference(level)
-            if reference is not None:
+            # (claim, the level the drop is from or why there is none, the two sides' names)
+            drops: list[tuple[str, str | None, tuple[str, str]]] = []
+            if level_epsilon(level) is not None:
                 drops.append((f"{short} degrades less than FedIT under DP ({level_name(level)}, "
-                              f"{setting_}; paired per row)", reference,
+                              f"{setting_}; paired per row)", dp_reference(level),
                               ("non-private", "private")))
             split = level_split(level)
             if split and source is not None:
@@ -674,6 +674,10 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
                               f"({level_name(source)}, {setting_}; paired per row)", source,
                               ("IID", split_name(split))))
             for drop_claim, origin, sides in drops:
+                if origin is None:
+                    checks.append(Check(drop_claim, NOT_MEASURED, "no non-private level on the "
+                                        f"{split_name(level_split(level))} is declared"))
+                    continue
                 quad = (arms[m, origin], pair[0], arms["fedit", origin], pair[1])
                 missing = [a for a in quad if a not in chosen]
                 if missing:
@@ -722,8 +726,9 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
                            moved: Mapping[str, float], acc: Mapping[str, float]) -> str:
     """What a user who chose a transferred level's lrs this way would release.
 
-    Every seed deals the same pool of training rows out among the clients, so ``source``'s grid
-    runs and a run of this level read the same records: for them, the grid's runs and the run
+    ``source``'s grid runs and a run of this level deal the same pool of training rows out
+    among the same clients (an IID split gives every seed the same blocks; a level's ``split``
+    deals the pool anew), so they read the same records: for them, the grid's runs and the run
     compose. Per method, the composition of the grid's runs with the costliest of this level's
     runs (:func:`bouquet.privacy.accountant.sweep_epsilon`, each run's worst client), read as
     :func:`_sweep_privacy_line` reads the grid.
@@ -736,10 +741,11 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
     for m, arm in level_arms.items():
         grid = [f"{source_arms[m]}-lr{lr:g}-s{s}" for lr in tuning_lrs(source)
                 for s in tune["grid-seeds"]]
-        own = [run for s in level_seeds(level)
+        own = [run for s in transfer_seeds(level)
                if (run := f"{arm}-lr{moved[m]:g}-s{s}") in acc]
         if not own or any(run not in acc for run in grid):
-            parts.append(f"{m} — ({source} grid or {level_name(level)} runs missing)")
+            parts.append(f"{m} — ({level_name(source)} grid or {level_name(level)} runs "
+                         "missing)")
             continue
         histories = _histories(out_dir, grid + own)
         if isinstance(histories, str):
@@ -750,9 +756,9 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
         together = max(sweep_epsilon([*graded, r], delta) for r in runs_)
         parts.append(f"{m} {together:.2f} ({level_name(level)} run alone {alone:.2f})")
     return (f"Privacy: a {level_name(level)} run's epsilon covers that run alone. Its lr comes "
-            f"from the {source} grid, whose runs read the same pool of training rows (each "
-            "seed deals it out among the clients anew), so a user who chose lrs this way "
-            f"releases, for those rows, the {source} grid's runs and the run together; "
+            f"from the {level_name(source)} grid, whose runs read the same pool of training "
+            "rows, so a user who chose lrs this way releases, for those rows, the "
+            f"{level_name(source)} grid's runs and the run together; "
             f"composed at delta {delta:g} (RDP, each run's worst client, the costliest run of "
             "the level): " + "; ".join(parts) + ".")
 
@@ -913,17 +919,37 @@ def level_split(level: str) -> dict[str, Any]:
 
 def level_epsilon(level: str) -> float | None:
     """A level's target epsilon: None for ``nodp``, ``e`` for ``eps<e>``; a level with a
-    ``split`` keeps its source's."""
+    ``split`` keeps its source's.
+
+    Raises
+    ------
+    ValueError
+        If a level without a split is named neither ``nodp`` nor ``eps<e>``.
+
+    """
     moved = _transfer(level)
     if moved is not None and "split" in moved:
         return level_epsilon(str(moved["from"]))
-    return None if level == "nodp" else float(level.removeprefix("eps"))
+    if level == "nodp":
+        return None
+    if not re.fullmatch(r"eps\d+(\.\d+)?", level):
+        raise ValueError(f"level {level!r}: a level without a split is nodp or eps<e>")
+    return float(level.removeprefix("eps"))
 
 
-def level_seeds(level: str) -> tuple[int, ...]:
-    """The seeds a ``transfer`` level runs: its own ``seeds``, else the confirmation seeds."""
+def transfer_seeds(level: str) -> tuple[int, ...]:
+    """The seeds a ``transfer`` level runs: its own ``seeds``, else the confirmation seeds.
+
+    Raises
+    ------
+    ValueError
+        If ``level`` is a tuned level (it runs every seed of :data:`SMOLLM_TUNING`).
+
+    """
     moved = _transfer(level)
-    return tuple(moved["seeds"]) if moved and "seeds" in moved else confirmation_seeds()
+    if moved is None:
+        raise ValueError(f"{level} is a tuned level, not a transfer one")
+    return tuple(moved["seeds"]) if "seeds" in moved else confirmation_seeds()
 
 
 def dp_reference(level: str) -> str | None:
@@ -1075,10 +1101,14 @@ def _as_check(claim: str, said: str, measured: str) -> Check:
 
 
 def _no_choice(arm: str, per_seed: Mapping[str, Mapping[float, Mapping[int, float]]]) -> str:
-    """Why a tune10 arm has no chosen lr: runs of its grid missing, or no validation rows."""
+    """Why a tune10 arm has no chosen lr: runs of its grid missing, or no validation rows; for a
+    ``transfer`` level with no runs (its table only names the arms of a level that ran), that."""
     tune = SMOLLM_TUNING
     ran = per_seed.get(arm, {})
     level = arm.rsplit("-", 1)[1]
+    moved = transferred_lrs(level)
+    if moved is not None:
+        return f"{level_name(level)} not run at its declared lr"
     if all(s in ran.get(lr, {}) for lr in tuning_lrs(level) for s in tune["grid-seeds"]):
         return "no validation rows for every grid run (no checkpoint, or a rebuild failed)"
     return "grid incomplete"

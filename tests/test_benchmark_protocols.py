@@ -337,6 +337,14 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
     assert [suite.level_epsilon(lv) for lv in suite.tuning_levels()] == [None, 3, 1, None, 3]
     assert suite.level_split("dirnodp") == {"partition": "dirichlet", "dirichlet-alpha": 0.5}
     assert suite.level_split("eps1") == {} and suite.dp_reference("direps3") == "dirnodp"
+    assert suite.level_split("direps3") == suite.level_split("dirnodp")
+    assert suite.dp_reference("eps1") == suite.dp_reference("eps3") == "nodp"
+    assert suite.dp_reference("dirnodp") is None
+    # the session-27 plan: seeds 1 and 2 on the split; eps 1 on every confirmation seed
+    assert suite.transfer_seeds("dirnodp") == suite.transfer_seeds("direps3") == (1, 2)
+    assert suite.transfer_seeds("eps1") == (1, 2, 3)
+    with pytest.raises(ValueError, match="tuned level"):
+        suite.transfer_seeds("eps3")
     tuned_levels = [lv for lv in suite.tuning_levels() if suite.transferred_lrs(lv) is None]
     expected = {(m, level): {(lr, s) for lr in suite.tuning_lrs(level) for s in tune["seeds"]}
                 for m in suite.SMOLLM["lr"] for level in tuned_levels}
@@ -345,9 +353,13 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
     for level, moved in tune["transfer"].items():
         assert suite.tuning_lrs(level) == ()
         assert moved["from"] in tuned_levels and set(moved["lrs"]) == set(suite.SMOLLM["lr"])
-        expected |= {(m, level): {(lr, s) for s in suite.level_seeds(level)}
+        expected |= {(m, level): {(lr, s) for s in suite.transfer_seeds(level)}
                      for m, lr in moved["lrs"].items()}
-        assert set(suite.level_seeds(level)) <= set(suite.confirmation_seeds())
+        assert set(suite.transfer_seeds(level)) <= set(suite.confirmation_seeds())
+        # a split changes the partition alone, and keeps the privacy of the level it moves
+        assert set(suite.level_split(level)) <= {"partition", "dirichlet-alpha"}
+        if suite.level_split(level):
+            assert suite.level_epsilon(level) == suite.level_epsilon(moved["from"])
     assert suite.confirmation_seeds() == (1, 2, 3)
     assert grid == expected
     # a level's grid is the shared one, extended past its upper edge for every method alike
@@ -622,6 +634,7 @@ def test_lora_a_level_on_a_split_tests_the_loss_to_heterogeneity_and_to_dp_on_it
     n, lrs = 400, suite.SMOLLM_TUNING["lrs"]
     split = {"partition": "dirichlet", "dirichlet-alpha": 0.5}
     monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer", {
+        "eps1": {"from": "eps3", "lrs": dict.fromkeys(suite.SMOLLM["lr"], lrs[1])},
         "dirnodp": {"from": "nodp", "split": split, "seeds": (1, 2),
                     "lrs": dict.fromkeys(suite.SMOLLM["lr"], lrs[0])},
         "direps3": {"from": "eps3", "split": split, "seeds": (1, 2),
@@ -647,6 +660,10 @@ def test_lora_a_level_on_a_split_tests_the_loss_to_heterogeneity_and_to_dp_on_it
                 run = f"{method}-r8-tune10-{lv}-lr{lrs[best]:g}-s{seed}"
                 acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= wrong[lv][method],
                                        np.arange(800) >= 8)
+                if level == "eps3":  # eps 1 at the eps-3 choice: IID, no split
+                    run = f"{method}-r8-tune10-eps1-lr{lrs[1]:g}-s{seed}"
+                    acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
+                                           np.arange(800) >= 8)
     lines, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
     table = "\n".join(lines)
     assert ("Dirichlet 0.5 split, non-private: no grid of its own; each method at the lr the "
@@ -675,12 +692,33 @@ def test_lora_a_level_on_a_split_tests_the_loss_to_heterogeneity_and_to_dp_on_it
     assert by_claim[f"fed-sb matches or beats FedIT ({plain}, Dirichlet 0.5 split, "
                     "non-private)"].verdict == "holds"
     assert not any("under DP (Dirichlet 0.5 split, non-private" in c for c in by_claim)
+    # eps 1 (a transfer without a split) and the IID levels lose nothing to a split
+    eps1 = [c for c in by_claim if "eps1" in c]
+    assert len(eps1) == 6 and not any(" loses less than FedIT " in c for c in eps1), eps1
+    losses = [c for c in by_claim if " loses less than FedIT " in c]
+    assert len(losses) == 4 and all("Dirichlet 0.5 split (" in c for c in losses), losses
+    # a private level on a split with no non-private level on that split: said, not skipped
+    alone = dict(suite.SMOLLM_TUNING["transfer"])
+    alone.pop("dirnodp")
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer", alone)
+    _, checks = suite.tuning_report(tmp_path, acc, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[dp.claim]
+    assert got.verdict == "not measured" and "no non-private level on the Dirichlet 0.5 " \
+        "split is declared" in got.measured, got
+    monkeypatch.setitem(suite.SMOLLM_TUNING, "transfer", {**alone, "dirnodp": dict(
+        split=split, seeds=(1, 2), lrs=dict.fromkeys(suite.SMOLLM["lr"], lrs[0]),
+        **{"from": "nodp"})})
     # without FedIT's non-private runs on the split, the private level's drop under DP is not
-    # measured, and says why
+    # measured, and says why; the same without any non-private run on the split
     partial = {r: a for r, a in acc.items() if not r.startswith("fedit-r8-tune10-dirnodp")}
     _, checks = suite.tuning_report(tmp_path, partial, _OWN, _VALIDATION)
     got = {c.claim: c for c in checks}[dp.claim]
     assert got.verdict == "not measured" and "not run at the declared lr" in got.measured, got
+    partial = {r: a for r, a in acc.items() if "-dirnodp-" not in r}
+    _, checks = suite.tuning_report(tmp_path, partial, _OWN, _VALIDATION)
+    got = {c.claim: c for c in checks}[dp.claim]
+    assert got.verdict == "not measured", got
+    assert "Dirichlet 0.5 split, non-private not run at its declared lr" in got.measured, got
 
 
 def test_lora_private_tuning_reports_the_privacy_the_whole_grid_spent(tmp_path: Path) -> None:
