@@ -554,6 +554,23 @@ def test_lora_private_tuning_chooses_apart_and_tests_the_dp_ordering_at_the_chos
         got.measured, got
 
 
+def _chosen_grids(tmp_path: Path, suite: Any) -> dict[str, float]:
+    """The seed-0 grids of the non-private and eps-3 levels, every method alike: non-private
+    chooses the first lr of its grid, eps 3 the second; every model misses the first 40 of the
+    400 result rows. Returns the runs' final accuracies."""
+    import numpy as np
+
+    acc: dict[str, float] = {}
+    for level in ("nodp", "eps3"):
+        best = 0 if level == "nodp" else 1
+        for method in suite.SMOLLM["lr"]:
+            for i, lr in enumerate(suite.tuning_lrs(level)):
+                run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
+                acc[run] = _tuning_run(tmp_path / run, np.arange(400) >= 40,
+                                       np.arange(800) >= (8 if i == best else 80))
+    return acc
+
+
 def test_lora_a_transferred_level_runs_at_the_other_levels_choice_and_tests_the_ordering(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """eps 1 has no grid: each method's eps-3 choice counts as its eps-1 lr only while the eps-3
@@ -562,19 +579,11 @@ def test_lora_a_transferred_level_runs_at_the_other_levels_choice_and_tests_the_
 
     suite = load_suite("lora")
     n, lrs = 400, suite.SMOLLM_TUNING["lrs"]
-    acc: dict[str, float] = {}
-    for level in ("nodp", "eps3"):
-        best = 0 if level == "nodp" else 1  # non-private chooses the first lr, eps 3 the second
-        for method in suite.SMOLLM["lr"]:
-            for i, lr in enumerate(suite.tuning_lrs(level)):
-                run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
-                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
-                                       np.arange(800) >= (8 if i == best else 80))
-            for seed in (1, 2):  # confirmation seeds, non-private
-                if level == "nodp":
-                    run = f"{method}-r8-tune10-nodp-lr{lrs[0]:g}-s{seed}"
-                    acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
-                                           np.arange(800) >= 8)
+    acc = _chosen_grids(tmp_path, suite)
+    for method in suite.SMOLLM["lr"]:
+        for seed in (1, 2):  # confirmation seeds, non-private
+            run = f"{method}-r8-tune10-nodp-lr{lrs[0]:g}-s{seed}"
+            acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40, np.arange(800) >= 8)
     for method in suite.SMOLLM["lr"]:
         for seed in (1, 2):  # eps 1: FedIT loses 80 rows to privacy, FFA-LoRA none, Fed-SB 4
             right = {"fedit": 120, "ffa-lora": 40, "fed-sb": 44}[method]
@@ -640,19 +649,15 @@ def test_lora_a_level_on_a_split_tests_the_loss_to_heterogeneity_and_to_dp_on_it
         "direps3": {"from": "eps3", "split": split, "seeds": (1, 2),
                     "lrs": dict.fromkeys(suite.SMOLLM["lr"], lrs[1])}})
     assert suite.tuning_levels() == ["nodp", "eps3", "eps1", "dirnodp", "direps3"]
-    acc: dict[str, float] = {}
     # rows each run misses (a run is right from this row on): IID every method misses 40;
     # on the split FedIT misses 80 more, non-private and private alike, FFA-LoRA none
     # non-private and 40 more under DP, Fed-SB 4 more in both
     wrong = {"dirnodp": {"fedit": 120, "ffa-lora": 40, "fed-sb": 44},
              "direps3": {"fedit": 120, "ffa-lora": 80, "fed-sb": 44}}
+    acc = _chosen_grids(tmp_path, suite)
     for level in ("nodp", "eps3"):
-        best = 0 if level == "nodp" else 1  # non-private chooses the first lr, eps 3 the second
+        best = 0 if level == "nodp" else 1  # the level's choice (:func:`_chosen_grids`)
         for method in suite.SMOLLM["lr"]:
-            for i, lr in enumerate(suite.tuning_lrs(level)):
-                run = f"{method}-r8-tune10-{level}-lr{lr:g}-s0"
-                acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40,
-                                       np.arange(800) >= (8 if i == best else 80))
             for seed in (1, 2):
                 run = f"{method}-r8-tune10-{level}-lr{lrs[best]:g}-s{seed}"
                 acc[run] = _tuning_run(tmp_path / run, np.arange(n) >= 40, np.arange(800) >= 8)
