@@ -152,8 +152,9 @@ SMOLLM: dict[str, Any] = {
 }
 #: rt-smollm's held-out rows (the task's ``eval_size``).
 SMOLLM_EVAL_ROWS = 400
-#: A label-Dirichlet split of the same training rows over the same 3 clients (alpha 0.5, as in
-#: FFA-LoRA's non-IID runs with 3 clients): the ``split`` of a :data:`SMOLLM_TUNING` level.
+#: A label-Dirichlet split of the same training rows over the same 3 clients (FFA-LoRA's
+#: experiments split 3 clients by a label Dirichlet; alpha 0.5 is that of FedSA-LoRA's re-run of
+#: them): the ``split`` of a :data:`SMOLLM_TUNING` level.
 DIRICHLET_SPLIT: dict[str, Any] = {"partition": "dirichlet", "dirichlet-alpha": 0.5}
 #: ``tune10``: each method's lr tuned on one shared grid for the ``smollm10`` schedule,
 #: non-private (issue 14 item 2) and at each target epsilon of ``epsilons`` (item 3; the
