@@ -760,8 +760,8 @@ def _transfer_privacy_line(out_dir: Path, level: str, source: str,
             f"from the {level_name(source)} grid, whose runs read the same pool of training "
             "rows, so a user who chose lrs this way releases, for those rows, the "
             f"{level_name(source)} grid's runs and the run together; "
-            f"composed at delta {delta:g} (RDP, each run's worst client, the costliest run of "
-            "the level): " + "; ".join(parts) + ".")
+            f"composed at delta {delta:g} (RDP, each run's clients maxed order by order, the "
+            "costliest run of the level): " + "; ".join(parts) + ".")
 
 
 def _run_epsilon(clients: list[list[tuple[float, float, int]]], delta: float) -> float:
