@@ -677,7 +677,7 @@ def tuning_report(out_dir: Path, acc: Mapping[str, float], held: Any = None,
             for drop_claim, origin, sides in drops:
                 if origin is None:
                     checks.append(Check(drop_claim, NOT_MEASURED, "no non-private level on the "
-                                        f"{split_name(level_split(level))} is declared"))
+                                        f"{split_name(split)} is declared"))
                     continue
                 quad = (arms[m, origin], pair[0], arms["fedit", origin], pair[1])
                 missing = [a for a in quad if a not in chosen]
