@@ -177,16 +177,16 @@ DIRICHLET_SPLIT: dict[str, Any] = {"partition": "dirichlet", "dirichlet-alpha": 
 #: ``dirnodp`` and ``direps3`` run the non-private and eps-3 choices on a label-Dirichlet(0.5)
 #: split of the same rows (session 27: does FedIT, whose average of A and B is not the average
 #: of the clients' updates, lose more to heterogeneity than the exact methods?), on their own
-#: ``seeds``.
+#: ``seeds`` (1 and 2 in session 27; 3 added in session 28).
 SMOLLM_TUNING: dict[str, Any] = {
     "label": "tune10", "variant": "smollm10", "lrs": (0.002, 0.005, 0.01, 0.02, 0.05),
     "grid-seeds": (0,), "seeds": (0, 1, 2, 3), "validation": (400, 1200),
     "epsilons": (3.0, 1.0), "beyond": {"eps3": (0.1,)},
     "transfer": {
         "eps1": {"from": "eps3", "lrs": {"fedit": 0.01, "ffa-lora": 0.02, "fed-sb": 0.05}},
-        "dirnodp": {"from": "nodp", "split": DIRICHLET_SPLIT, "seeds": (1, 2),
+        "dirnodp": {"from": "nodp", "split": DIRICHLET_SPLIT, "seeds": (1, 2, 3),
                     "lrs": {"fedit": 0.002, "ffa-lora": 0.02, "fed-sb": 0.01}},
-        "direps3": {"from": "eps3", "split": DIRICHLET_SPLIT, "seeds": (1, 2),
+        "direps3": {"from": "eps3", "split": DIRICHLET_SPLIT, "seeds": (1, 2, 3),
                     "lrs": {"fedit": 0.01, "ffa-lora": 0.02, "fed-sb": 0.05}},
     },
 }

@@ -340,8 +340,8 @@ def test_lora_rt_smollm_lr_grid_differs_from_its_schedule_in_the_lr_alone(
     assert suite.level_split("direps3") == suite.level_split("dirnodp")
     assert suite.dp_reference("eps1") == suite.dp_reference("eps3") == "nodp"
     assert suite.dp_reference("dirnodp") is None
-    # the session-27 plan: seeds 1 and 2 on the split; eps 1 on every confirmation seed
-    assert suite.transfer_seeds("dirnodp") == suite.transfer_seeds("direps3") == (1, 2)
+    # sessions 27-28: seeds 1, 2 and 3 on the split; eps 1 on every confirmation seed
+    assert suite.transfer_seeds("dirnodp") == suite.transfer_seeds("direps3") == (1, 2, 3)
     assert suite.transfer_seeds("eps1") == (1, 2, 3)
     with pytest.raises(ValueError, match="tuned level"):
         suite.transfer_seeds("eps3")
