@@ -164,3 +164,55 @@ def test_ffa_a_never_travels_and_is_shared(tmp_path: Path) -> None:
 def test_unknown_target_modules_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="matches no 2-D weight"):
         make("fedit", tmp_path, **{"lora.target-modules": "nothing_here"})
+
+
+def _gap_by_brute_force(adapted: list[Any], clients: list[dict[str, np.ndarray]],
+                        weights: np.ndarray, previous: dict[str, np.ndarray]) -> float:
+    """The same ratio with every m x n product formed in float64."""
+    gap = update = 0.0
+    for a in adapted:
+        b = [c[f"{a.module}.lora_B"].astype(np.float64) for c in clients]
+        aa = [c[f"{a.module}.lora_A"].astype(np.float64) for c in clients]
+        exact = sum(w * bk @ ak for w, bk, ak in zip(weights, b, aa, strict=True))
+        apart = sum(w * bk for w, bk in zip(weights, b, strict=True)) @ sum(
+            w * ak for w, ak in zip(weights, aa, strict=True))
+        before = previous[f"{a.module}.lora_B"].astype(np.float64) @ previous[
+            f"{a.module}.lora_A"].astype(np.float64)
+        gap += float(np.sum((exact - apart) ** 2))
+        update += float(np.sum((exact - before) ** 2))
+    return float(np.sqrt(gap / update))
+
+
+def test_averaging_gap_matches_the_full_products_and_vanishes_when_clients_agree() -> None:
+    rng = np.random.default_rng(0)
+    adapted = [L.Adapted("q", 7, 5), L.Adapted("v", 3, 5)]
+    clients = [{f"{a.module}.{f}": rng.standard_normal(s).astype(np.float32)
+                for a in adapted for f, s in (("lora_B", (a.m, 2)), ("lora_A", (2, a.n)))}
+               for _ in range(3)]
+    previous = {k: rng.standard_normal(x.shape).astype(np.float32) for k, x in clients[0].items()}
+    w = np.array([0.5, 0.3, 0.2])
+    got = L.averaging_gap(adapted, clients, w, previous)
+    assert got == pytest.approx(_gap_by_brute_force(adapted, clients, w, previous), rel=1e-9)
+    assert got > 0.05
+    # every client sends the same factors: the product of the means is the mean of the products
+    assert L.averaging_gap(adapted, [clients[0]] * 3, w, previous) == pytest.approx(0, abs=1e-7)
+    # no client moved: no update, reported as 0 rather than 0 / 0
+    assert L.averaging_gap(adapted, [previous] * 3, w, previous) == 0.0
+
+
+@pytest.mark.parametrize("method", ["fedit", "ffa-lora", "fed-sb"])
+def test_fedit_rounds_report_their_averaging_gap_and_the_exact_methods_none(
+        method: str, tmp_path: Path) -> None:
+    grid, strategy = make(method, tmp_path)
+    strategy.train_round(grid, 1)
+    previous = dict(strategy.trainable)
+    replies = capture(grid)
+    rlog = strategy.train_round(grid, 2)
+    if method != "fedit":
+        assert "averaging_gap" not in rlog.metrics
+        return
+    weights = np.array([float(r["metrics"]["num-examples"]) for r in replies.values()])
+    clients = [to_numpy(r["arrays"]) for r in replies.values()]
+    expected = _gap_by_brute_force(strategy.adapted, clients, weights / weights.sum(), previous)
+    assert rlog.metrics["averaging_gap"] == pytest.approx(expected, rel=1e-6)
+    assert 0 < expected < 1

@@ -148,6 +148,44 @@ def svd_frame(grads: Mapping[str, np.ndarray], adapted: Sequence[Adapted], rank:
     return frame, r_init
 
 
+def _sq_frobenius(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> float:
+    """``||sum_i L_i R_i||_F^2`` from the small Gram matrices, never forming an ``m x n`` one.
+
+    With ``U = [L_1 ... L_k]`` and ``V = [R_1; ...; R_k]`` the sum is ``U V`` and its squared norm
+    is ``sum((U^T U) * (V V^T))``: ``(k r)^2`` numbers per matrix whatever ``m, n``.
+    """
+    u = np.concatenate([np.asarray(x, np.float64) for x in left], axis=1)
+    v = np.concatenate([np.asarray(x, np.float64) for x in right], axis=0)
+    return max(float(np.sum((u.T @ u) * (v @ v.T))), 0.0)
+
+
+def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.ndarray]],
+                  weights: np.ndarray, previous: Mapping[str, np.ndarray]) -> float:
+    """How far FedIT's product of averages is from the average of the clients' products.
+
+    FedIT averages A and B apart, so the new adapter's product ``mean(B) mean(A)`` differs from
+    ``mean(B_k A_k)``, the update an exact average would apply (FFA-LoRA and Fed-SB average
+    exactly). Returns ``||mean(B_k A_k) - mean(B) mean(A)||_F / ||mean(B_k A_k) - B A||_F``
+    over every adapted matrix together, with ``B A`` the previous global adapter's product: the
+    aggregation error relative to the exact round update (0 when the update is 0). The LoRA
+    scale cancels. It is the error FFA-LoRA's paper (Sun et al., ICLR 2024, its first
+    "discordance") expects to grow with data heterogeneity and local steps, and under DP noise
+    on both factors (its second). A diagnostic of the replies as sent (post-processing, also in
+    private mode); the aggregation does not use it.
+    """
+    gap = update = 0.0
+    for a in adapted:
+        bs = [w * np.asarray(c[f"{a.module}.lora_B"], np.float64)
+              for w, c in zip(weights, clients, strict=True)]  # weighted: sum_k (w_k B_k) A_k
+        as_ = [np.asarray(c[f"{a.module}.lora_A"], np.float64) for c in clients]
+        b_bar = np.sum(bs, axis=0)
+        a_bar = np.sum([w * x for w, x in zip(weights, as_, strict=True)], axis=0)
+        gap += _sq_frobenius([*bs, -b_bar], [*as_, a_bar])
+        update += _sq_frobenius([*bs, -np.asarray(previous[f"{a.module}.lora_B"], np.float64)],
+                                [*as_, previous[f"{a.module}.lora_A"]])
+    return float(np.sqrt(gap / update)) if update > 0 else 0.0
+
+
 # --------------------------------------------------------------------------- strategy
 class LoraStrategy(BouquetStrategy):
     """Server of the LoRA family (FedIT / FFA-LoRA / Fed-SB; see the module docstring).
@@ -361,6 +399,8 @@ class LoraStrategy(BouquetStrategy):
             return metrics
         w = self._weights(replies)
         arrays = [to_numpy(r.content["arrays"]) for r in replies]  # type: ignore[arg-type]
+        if self.kind.averages_factors_apart:  # from the (private) replies: post-processing
+            metrics["averaging_gap"] = averaging_gap(self.adapted, arrays, w, self.trainable)
         self.trainable = {
             k: sum((wi * a[k].astype(np.float64) for wi, a in zip(w, arrays, strict=True)),
                    np.zeros(s)).astype(np.float32)

@@ -90,6 +90,11 @@ class LoraVariant:
         """FFA-LoRA: A is frozen and drawn from the seed on every node (never sent)."""
         return not self.framed and "lora_A" not in self.sends
 
+    @property
+    def averages_factors_apart(self) -> bool:
+        """FedIT: A and B both travel and are averaged apart, so the average is inexact."""
+        return {"lora_A", "lora_B"} <= set(self.sends)
+
 
 #: Every LoRA-family variant, by name.
 VARIANTS: dict[str, LoraVariant] = {v.name: v for v in (
