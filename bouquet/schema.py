@@ -198,6 +198,10 @@ class CommonConfig:
         "", "where run folders go; empty means $BOUQUET_RESULTS_DIR or ~/bouquet-results"
     )
     run_name: str = key("", "name of this run's folder; empty means method-task-seed-time")
+    plots: bool = key(
+        True, "draw the run folder's plots/ (PNG curves of each metric) when the run ends; false "
+        "skips them and matplotlib (bouquet report draws the same curves later from "
+        "metrics.jsonl)")
     resume_from: str = key("", "a run folder whose checkpoint this run continues")
     partition: str = key(
         "iid",

@@ -30,6 +30,7 @@ def method_config(name: str, tmp_path: Path, **over: Any) -> dict[str, Any]:
         "sample-deadline": 5.0,
         "round-timeout": 60.0,
         "seed": 3,
+        "plots": False,  # drawn in tests of the results files, not in every conformance run
     }
     cfg.update(m.test_config)
     cfg.update(over)

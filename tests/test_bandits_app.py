@@ -36,7 +36,7 @@ def _grid(tmp_path: Path, name: str, nodes: int, **cfg: Any) -> LocalGrid:
     The operator's ``linucb.num-silos`` is the number of nodes unless a test sets it.
     """
     return LocalGrid(nodes, {"results-dir": str(tmp_path), "run-name": name,
-                             "linucb.num-silos": nodes, **cfg})
+                             "linucb.num-silos": nodes, "plots": False, **cfg})
 
 
 def _run(tmp_path: Path, name: str, nodes: int, **cfg: Any) -> tuple[LocalGrid, Path]:

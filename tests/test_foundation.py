@@ -44,6 +44,16 @@ def test_results_files_follow_the_contract(fedavg_run: Path) -> None:
     assert sorted(p.name for p in (run / "plots").glob("*.png"))
 
 
+def test_plots_false_writes_every_results_file_but_the_plots(tmp_path: Path) -> None:
+    grid = LocalGrid(3, {"method": "fedavg", "task": "digits-mlp", "num-server-rounds": 1,
+                         "local-steps": 1, "results-dir": str(tmp_path), "run-name": "quiet",
+                         "plots": False})
+    run = execute(grid, grid.run_config).parent
+    assert {p.name for p in run.iterdir()} >= {"config.yaml", "metrics.jsonl", "summary.json"}
+    assert not (run / "plots").exists()
+    assert "plots: false" in (run / "config.yaml").read_text()
+
+
 def test_fedavg_on_digits_learns(fedavg_run: Path) -> None:
     summary = json.loads(fedavg_run.read_text())
     assert summary["final"]["accuracy"] > 0.8  # chance is 0.1

@@ -80,7 +80,7 @@ def config(name: str, tmp_path: Path, **over: Any) -> dict[str, Any]:
     m = get_method(name)
     cfg = {"method": name, "task": m.test_task or m.default_task, "results-dir": str(tmp_path),
            "seed": 3, "fraction-train": 0.5, "sample-deadline": 5.0, "round-timeout": 60.0,
-           **m.test_config, **FAMILIES.get(name, {})}
+           "plots": False, **m.test_config, **FAMILIES.get(name, {})}
     cfg.update(over)
     return cfg
 

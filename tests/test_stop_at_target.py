@@ -27,7 +27,8 @@ ROUNDS = 4
 
 def config(tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:
     return {"method": "fedavg", "task": "digits-mlp", "local-steps": 10, "num-server-rounds": ROUNDS,
-            "target-accuracy": TARGET, "results-dir": str(tmp_path), "run-name": name, **extra}
+            "target-accuracy": TARGET, "results-dir": str(tmp_path), "run-name": name,
+            "plots": False, **extra}
 
 
 def run(tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:

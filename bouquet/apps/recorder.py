@@ -84,14 +84,17 @@ class RunRecorder:
         Metric names already in ``final``/``best`` (a resumed run's).
     target_accuracy : float
         For the time/bytes-to-target entries of ``summary.json`` (0: none).
+    plots : bool
+        Draw ``plots/`` when the run ends (:meth:`ResultsWriter.finish`).
 
     """
 
     def __init__(self, run_dir: Path, *, meta: Mapping[str, Any], config_yaml: str = "",
                  num_rounds: int = 0, identity: Mapping[str, Any] | None = None,
-                 headline: Sequence[str] = (), target_accuracy: float = 0.0) -> None:
+                 headline: Sequence[str] = (), target_accuracy: float = 0.0,
+                 plots: bool = True) -> None:
         self.run_dir = Path(run_dir)
-        self.writer = ResultsWriter(self.run_dir, config_yaml, meta)
+        self.writer = ResultsWriter(self.run_dir, config_yaml, meta, plots=plots)
         self.num_rounds = num_rounds
         self.identity = dict(identity or {})
         self.headline = list(headline)

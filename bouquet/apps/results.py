@@ -110,13 +110,18 @@ class ResultsWriter:
         The run's folder (created).
     config_yaml : str
         The resolved configuration.
-    headline : list[str]
-        Metric names that go into ``final``/``best`` (the task's evaluation metrics).
+    meta : Mapping[str, Any]
+        ``method``, ``task`` and ``seed`` for ``summary.json``.
+    plots : bool
+        Draw ``plots/`` in :meth:`finish` (false: no matplotlib; ``bouquet report`` draws the same
+        curves from ``metrics.jsonl`` later).
 
     """
 
-    def __init__(self, run_dir: Path, config_yaml: str, meta: Mapping[str, Any]) -> None:
+    def __init__(self, run_dir: Path, config_yaml: str, meta: Mapping[str, Any], *,
+                 plots: bool = True) -> None:
         self.run_dir = run_dir
+        self.plots = plots
         self.meta = dict(meta)
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(run_dir / "config.yaml", config_yaml.encode())
@@ -185,10 +190,12 @@ class ResultsWriter:
 
     def finish(self, headline: list[str], extras: Mapping[str, Mapping[str, Any]],
                target_accuracy: float = 0.0) -> Path:
-        """Write summary.json and the plots; return the summary's path."""
+        """Write summary.json and the plots (where :attr:`plots`); return the summary's path."""
         summary = self.summary(headline, extras, target_accuracy)
         path = self.run_dir / "summary.json"
         atomic_write(path, strict_json(summary, indent=2).encode())
+        if not self.plots:
+            return path
         try:
             from bouquet.apps.plots import plot_run
 

@@ -29,11 +29,12 @@ from bouquet.apps.simulation import run_config_arg
 CONFIG_FILE = "config.yaml"
 
 #: Keys a resume may set to another value than the run it continues: where it runs, how long it
-#: waits, how many rounds in all, and how presets were spelled (``preset``, ``explicit-defaults``:
-#: their effect is in the values compared). Everything else shapes the numbers and must match.
+#: waits, how many rounds in all, whether it draws plots, and how presets were spelled
+#: (``preset``, ``explicit-defaults``: their effect is in the values compared). Everything else
+#: shapes the numbers and must match.
 MAY_CHANGE = frozenset({
     "num-server-rounds", "resume-from", "run-name", "results-dir", "round-timeout",
-    "sample-deadline", "min-train-nodes", "target-accuracy", "stop-at-target", "preset",
+    "sample-deadline", "min-train-nodes", "target-accuracy", "stop-at-target", "plots", "preset",
     "explicit-defaults",
 })
 

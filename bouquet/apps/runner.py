@@ -365,7 +365,8 @@ def execute(grid: Grid, run_config: Mapping[str, Any]) -> Path:
     recorder = RunRecorder(run_dir, meta=meta, config_yaml=cfg.to_yaml(),
                            num_rounds=cfg.common.num_server_rounds,
                            identity=checkpoint_identity(cfg),
-                           target_accuracy=cfg.common.target_accuracy)
+                           target_accuracy=cfg.common.target_accuracy,
+                           plots=cfg.common.plots)
     if resumed is not None:
         restore_strategy(strategy, resumed[1], run_dir)
         recorder.headline = [str(h) for h in resumed[2].get("headline", [])]
