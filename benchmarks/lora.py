@@ -1236,21 +1236,22 @@ def averaging_gap_lines(runs: Iterable[str], out_dir: Path) -> list[str]:
     (:func:`bouquet.strategies.lora.averaging_gap`); runs from before the metric existed, and
     the exact methods, have none and are left out.
     """
-    rows = {}
+    rows: dict[str, dict[int, float]] = {}
     for run in runs:
-        gaps = [r.get("averaging_gap") for r in read_metrics(out_dir / run)]
-        if any(g is not None for g in gaps):
+        gaps = {int(r["round"]): float(r["averaging_gap"]) for r in read_metrics(out_dir / run)
+                if r.get("averaging_gap") is not None}
+        if gaps:
             rows[run] = gaps
     if not rows:
         return []
-    width = max(len(g) for g in rows.values())
-    lines = ["FedIT's averaging gap, ||mean(B_k A_k) - mean(B) mean(A)||_F over the round's exact "
-             "update (0: exact):", "",
-             "| run | " + " | ".join(f"round {i + 1}" for i in range(width)) + " |",
-             "|---|" + "---|" * width]
+    rounds = sorted({rnd for gaps in rows.values() for rnd in gaps})
+    lines = ["FedIT's averaging gap, ||weighted mean of B_k A_k - mean(B) mean(A)||_F over the "
+             "round's exact update (0: exact):", "",
+             "| run | " + " | ".join(f"round {rnd}" for rnd in rounds) + " |",
+             "|---|" + "---|" * len(rounds)]
     for run, gaps in rows.items():
-        cells = ["—" if g is None else f"{g:.4f}" for g in gaps]
-        lines.append(f"| {run} | " + " | ".join(cells + ["—"] * (width - len(cells))) + " |")
+        cells = [f"{gaps[rnd]:.4f}" if rnd in gaps else "—" for rnd in rounds]
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

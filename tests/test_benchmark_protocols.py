@@ -90,17 +90,21 @@ def test_lora_report_prints_fedits_averaging_gap_by_round_where_runs_report_it(
         tmp_path: Path) -> None:
     suite = load_suite("lora")
     rounds = {"fedit-r2-matched-nodp-lr0.005": [0.0312, 0.0457],
-              "ffa-lora-r4-matched-nodp-lr0.02": None, "fedit-r2-matched-nodp-lr0.02": None}
+              "fedit-r2-matched-nodp-lr0.01": [None, 0.0400],  # round 1 without it
+              "ffa-lora-r4-matched-nodp-lr0.02": [None, None], "fedit-r2-matched-nodp-lr0.02": []}
     for run, gaps in rounds.items():
         (tmp_path / run).mkdir()
         (tmp_path / run / "metrics.jsonl").write_text("".join(
             json.dumps({"round": i + 1, "accuracy": 0.7, "clients": 3, "up_bytes": 300,
-                        **({} if gaps is None else {"averaging_gap": gaps[i]})}) + "\n"
+                        **({} if i >= len(gaps) or gaps[i] is None
+                           else {"averaging_gap": gaps[i]})}) + "\n"
             for i in range(2)))
     text = suite.report({run: {"final": {"accuracy": 0.7}} for run in rounds}, tmp_path)
     table = text.split("FedIT's averaging gap")[1].split("\n\n")[1].splitlines()
-    # the exact method reports none, nor does a run from before the metric: neither is listed
-    assert table[2:] == ["| fedit-r2-matched-nodp-lr0.005 | 0.0312 | 0.0457 |"], table
+    # the exact method reports none, nor does a run from before the metric: neither is listed;
+    # each value sits under its own round
+    assert table[2:] == ["| fedit-r2-matched-nodp-lr0.005 | 0.0312 | 0.0457 |",
+                         "| fedit-r2-matched-nodp-lr0.01 | — | 0.0400 |"], table
     assert "averaging gap" not in suite.report(  # no run reports it: no table
         {"ffa-lora-r4-matched-nodp-lr0.02": {"final": {"accuracy": 0.7}}}, tmp_path)
 

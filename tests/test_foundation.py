@@ -54,6 +54,19 @@ def test_plots_false_writes_every_results_file_but_the_plots(tmp_path: Path) -> 
     assert "plots: false" in (run / "config.yaml").read_text()
 
 
+def test_a_resume_may_turn_plots_off_and_leaves_no_stale_curves(tmp_path: Path) -> None:
+    cfg = {"method": "fedavg", "task": "digits-mlp", "local-steps": 1,
+           "results-dir": str(tmp_path), "run-name": "first", "num-server-rounds": 1}
+    grid = LocalGrid(3, cfg)
+    run = execute(grid, grid.run_config).parent
+    assert (run / "plots" / "accuracy_vs_round.png").is_file()
+    more = LocalGrid(3, {**cfg, "run-name": "", "num-server-rounds": 2, "resume-from": str(run),
+                         "plots": False})
+    summary = json.loads(execute(more, more.run_config).read_text())
+    assert summary["rounds"] == 2
+    assert not (run / "plots").exists()  # the round-1 curves would stop short of round 2
+
+
 def test_fedavg_on_digits_learns(fedavg_run: Path) -> None:
     summary = json.loads(fedavg_run.read_text())
     assert summary["final"]["accuracy"] > 0.8  # chance is 0.1

@@ -194,6 +194,14 @@ def test_averaging_gap_matches_the_full_products_and_vanishes_when_clients_agree
     got = L.averaging_gap(adapted, clients, w, previous)
     assert got == pytest.approx(_gap_by_brute_force(adapted, clients, w, previous), rel=1e-9)
     assert got > 0.05
+    # clients a small step apart from the previous global: the gap is second order in the step
+    # and must not be lost to cancellation (an uncentred Gram form returned 0.0 from 1e-4 down)
+    for step in (1e-3, 1e-4, 1e-5):
+        near = [{k: (x + step * rng.standard_normal(x.shape)).astype(np.float64)
+                 for k, x in previous.items()} for _ in range(3)]
+        want = _gap_by_brute_force(adapted, near, w, previous)
+        assert want > 0 and L.averaging_gap(adapted, near, w, previous) == pytest.approx(
+            want, rel=1e-5), step
     # every client sends the same factors: the product of the means is the mean of the products
     assert L.averaging_gap(adapted, [clients[0]] * 3, w, previous) == pytest.approx(0, abs=1e-7)
     # no client moved: no update, reported as 0 rather than 0 / 0

@@ -219,10 +219,10 @@ def record_setup(run: BenchRun, out: Path, *, resumed: bool) -> None:
     atomic_write(run_dir / BENCH_FILE, json.dumps(run_setup(run)).encode())
 
 
-#: Keys a reused folder may hold other values of: where it ran (its length is checked apart)
-#: and how presets were spelled (their effect is in the values compared).
+#: Keys a reused folder may hold other values of: where it ran (its length is checked apart),
+#: whether it drew plots, and how presets were spelled (their effect is in the values compared).
 REUSE_MAY_DIFFER = frozenset({"num-server-rounds", "resume-from", "run-name", "results-dir",
-                              "preset", "explicit-defaults"})
+                              "plots", "preset", "explicit-defaults"})
 
 
 def earlier_run(run: BenchRun, out: Path) -> str:

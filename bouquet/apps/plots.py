@@ -37,7 +37,7 @@ PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:
 LINESTYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "v", "D", "x", "P", "*", "<", ">")
 #: Keys of a run's config that do not make two runs different configurations.
-NOT_CONFIGURATION = frozenset({"seed", "run-name", "results-dir", "explicit-defaults"})
+NOT_CONFIGURATION = frozenset({"seed", "run-name", "results-dir", "explicit-defaults", "plots"})
 #: A loss panel whose largest value is more than this factor above its median gets a log y
 #: axis, so that one diverged run (a loss of 1e12) does not flatten every other curve to a line
 #: at zero. Only losses: other metrics (regret, epsilon, a straggler gap near 0 s) may start at

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
@@ -194,7 +195,8 @@ class ResultsWriter:
         summary = self.summary(headline, extras, target_accuracy)
         path = self.run_dir / "summary.json"
         atomic_write(path, strict_json(summary, indent=2).encode())
-        if not self.plots:
+        if not self.plots:  # a resumed run's earlier curves would stop short of metrics.jsonl
+            shutil.rmtree(self.run_dir / "plots", ignore_errors=True)
             return path
         try:
             from bouquet.apps.plots import plot_run

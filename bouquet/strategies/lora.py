@@ -165,24 +165,47 @@ def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.
 
     FedIT averages A and B apart, so the new adapter's product ``mean(B) mean(A)`` differs from
     ``mean(B_k A_k)``, the update an exact average would apply (FFA-LoRA and Fed-SB average
-    exactly). Returns ``||mean(B_k A_k) - mean(B) mean(A)||_F / ||mean(B_k A_k) - B A||_F``
-    over every adapted matrix together, with ``B A`` the previous global adapter's product: the
-    aggregation error relative to the exact round update (0 when the update is 0). The LoRA
-    scale cancels. It is the error FFA-LoRA's paper (Sun et al., ICLR 2024, its first
+    exactly). It is the error FFA-LoRA's paper (Sun et al., ICLR 2024, its first
     "discordance") expects to grow with data heterogeneity and local steps, and under DP noise
     on both factors (its second). A diagnostic of the replies as sent (post-processing, also in
     private mode); the aggregation does not use it.
+
+    Parameters
+    ----------
+    adapted : Sequence[Adapted]
+        The adapted matrices (``lora_B`` is ``m x r``, ``lora_A`` ``r x n``).
+    clients : Sequence[Mapping[str, np.ndarray]]
+        Each reply's travelling arrays (validated).
+    weights : np.ndarray
+        The aggregation weights of the replies (normalised here to sum to 1).
+    previous : Mapping[str, np.ndarray]
+        The global adapters the clients started from.
+
+    Returns
+    -------
+    float
+        ``||mean(B_k A_k) - mean(B) mean(A)||_F / ||mean(B_k A_k) - B A||_F`` over every adapted
+        matrix together, ``B A`` the previous global product: the aggregation error relative to
+        the exact round update (0 when that update is 0). The LoRA scale cancels. Both norms are
+        taken in centred form, ``sum_k w_k (B_k - mean B)(A_k - mean A)`` and ``sum_k w_k (B_k -
+        B)(A_k) + B (mean A - A)``, so a small spread between clients is not lost to
+        cancellation.
+
     """
+    w = np.asarray(weights, np.float64) / float(np.sum(weights))
     gap = update = 0.0
     for a in adapted:
-        bs = [w * np.asarray(c[f"{a.module}.lora_B"], np.float64)
-              for w, c in zip(weights, clients, strict=True)]  # weighted: sum_k (w_k B_k) A_k
+        bs = [np.asarray(c[f"{a.module}.lora_B"], np.float64) for c in clients]
         as_ = [np.asarray(c[f"{a.module}.lora_A"], np.float64) for c in clients]
-        b_bar = np.sum(bs, axis=0)
-        a_bar = np.sum([w * x for w, x in zip(weights, as_, strict=True)], axis=0)
-        gap += _sq_frobenius([*bs, -b_bar], [*as_, a_bar])
-        update += _sq_frobenius([*bs, -np.asarray(previous[f"{a.module}.lora_B"], np.float64)],
-                                [*as_, previous[f"{a.module}.lora_A"]])
+        # means shifted by the first reply: exactly it when every reply is the same
+        b_bar = bs[0] + np.tensordot(w, np.stack(bs) - bs[0], axes=1)
+        a_bar = as_[0] + np.tensordot(w, np.stack(as_) - as_[0], axes=1)
+        b_prev = np.asarray(previous[f"{a.module}.lora_B"], np.float64)
+        a_prev = np.asarray(previous[f"{a.module}.lora_A"], np.float64)
+        gap += _sq_frobenius([wk * (b - b_bar) for wk, b in zip(w, bs, strict=True)],
+                             [x - a_bar for x in as_])
+        update += _sq_frobenius([*(wk * (b - b_prev) for wk, b in zip(w, bs, strict=True)),
+                                 b_prev], [*as_, a_bar - a_prev])
     return float(np.sqrt(gap / update)) if update > 0 else 0.0
 
 
