@@ -119,7 +119,9 @@ def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) 
     with zipfile.ZipFile(built) as z:
         assert set(z.namelist()) == FAB_FILES
         z.extractall(app)
+    # plots=false: this test is about the FAB; the plots are tested in process (test_plots.py)
     common: dict[str, Any] = {"num-server-rounds": 2, "local-steps": 2, "round-timeout": 120.0,
+                              "plots": False,
                               "sample-deadline": 120.0, "min-train-nodes": 2,
                               "results-dir": str(tmp_path / "results")}
     fleet = healthy_fleet  # shared; tests/conftest.py stops it and checks no process is left

@@ -160,6 +160,92 @@ def test_central_evaluation_uses_every_core_unless_the_user_fixed_the_threads(
     assert torch.get_num_threads() == before  # restored for the training that follows
 
 
+def _sgd_probe_model(seed: int) -> Any:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+
+
+def test_sgd_steps_is_torch_sgd_bit_for_bit() -> None:
+    """The written-out step equals ``torch.optim.SGD`` exactly, also with a gradient hook."""
+    import torch
+
+    from bouquet.tasks.torch_utils import sgd_steps
+
+    gen = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(4, 6, generator=gen), torch.randint(0, 3, (4,), generator=gen))
+               for _ in range(5)]
+
+    def loss(model: Any, batch: Any) -> Any:
+        return torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+
+    def hook(model: Any) -> None:  # as SCAFFOLD's control correction: edits the gradients
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.add_(0.01)
+
+    ours, ref = _sgd_probe_model(1), _sgd_probe_model(1)
+    ours[0].bias.requires_grad_(False)  # a frozen parameter is left alone by both
+    ref[0].bias.requires_grad_(False)
+    stats = sgd_steps(ours, iter(batches), loss, steps=5, lr=0.07, correct_grad=hook)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.07)
+    total = 0.0
+    for batch in batches:
+        opt.zero_grad(set_to_none=True)
+        value = loss(ref, batch)
+        value.backward()
+        hook(ref)
+        opt.step()
+        total += float(value.detach())
+    for a, b in zip(ours.state_dict().values(), ref.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    assert stats == {"train_loss": total / 5, "steps": 5.0}
+    assert not torch.equal(ours[0].weight, _sgd_probe_model(1)[0].weight)  # it trained
+    assert torch.equal(ours[0].bias, _sgd_probe_model(1)[0].bias)  # the frozen one did not
+
+
+def test_local_sgd_does_not_import_torch_dynamo() -> None:
+    """A node's local SGD loads no ``torch._dynamo`` (torch.optim's first optimiser does).
+
+    A node without a warm worker runs each message in a fresh process, so that import (about
+    1.8 CPU s here, as much as torch itself) was paid on every training message.
+    """
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from bouquet.tasks.torch_utils import sgd_steps\n"
+            "m = torch.nn.Linear(4, 2)\n"
+            "batches = iter([(torch.ones(3, 4), torch.zeros(3, dtype=torch.long))] * 2)\n"
+            "sgd_steps(m, batches, lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]),"
+            " steps=2, lr=0.1)\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
+
+
+def test_digits_are_read_as_scikit_learn_loads_them() -> None:
+    """digits-mlp reads scikit-learn's file itself: the same images and labels as load_digits."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    data = DigitsMLP().load_arrays()
+    rng = np.random.default_rng(1234)  # the task's fixed split, rebuilt from sklearn's arrays
+    test = np.zeros(len(y), dtype=bool)
+    for c in range(10):
+        idx = np.flatnonzero(y == c)
+        test[rng.choice(idx, size=len(idx) // 5, replace=False)] = True
+    expected = (x / 16.0).astype(np.float32)
+    np.testing.assert_array_equal(data.x_train, expected[~test])
+    np.testing.assert_array_equal(data.x_test, expected[test])
+    np.testing.assert_array_equal(data.y_train, y[~test])
+    np.testing.assert_array_equal(data.y_test, y[test])
+    assert data.y_train.dtype == np.int64 and (len(data.y_train), len(data.y_test)) == (1442, 355)
+
+
 def test_natural_partition_groups_rows() -> None:
     labels = np.zeros(12, dtype=int)
     groups = np.array(list("aabbccddeeff"))

@@ -87,7 +87,7 @@ def test_fleet_survives_node_death_restart_and_an_intruder(tmp_path: Path) -> No
     m = get_method(METHOD)
     cfg: dict[str, Any] = {"method": METHOD, "task": m.default_task, **m.test_config,
                            "num-server-rounds": ROUNDS, "round-timeout": 30.0,
-                           "sample-deadline": 60.0, "fraction-train": 1.0,
+                           "sample-deadline": 60.0, "fraction-train": 1.0, "plots": False,
                            "results-dir": str(tmp_path), "run-name": "dep"}
     metrics = tmp_path / "dep" / "metrics.jsonl"
     node1_state = tmp_path / "fleet" / "state-node1" / "dep" / "partition-1"
@@ -156,7 +156,7 @@ def test_superlink_restart_is_survivable(tmp_path: Path) -> None:
     """
     cfg: dict[str, Any] = {"method": "fedavg", "num-server-rounds": 3, "local-steps": 2,
                            "round-timeout": 120.0, "sample-deadline": 120.0,
-                           "min-train-nodes": 2, "fraction-train": 1.0,
+                           "min-train-nodes": 2, "fraction-train": 1.0, "plots": False,
                            "results-dir": str(tmp_path), "run-name": "r"}
     run_dir = tmp_path / "r"
     out: dict[str, Any] = {}

@@ -45,7 +45,7 @@ def test_bad_run_config_fails_before_training(tmp_path: Path) -> None:
 def test_deploy_local_over_tls_with_authentication(tmp_path: Path, healthy_fleet: Any) -> None:
     """A run on the shared TLS + authentication fleet; the fixture checks that no process of
     the fleet is left when it stops."""
-    summary = healthy_fleet.run({"method": "fedavg", "num-server-rounds": 2,
+    summary = healthy_fleet.run({"method": "fedavg", "num-server-rounds": 2, "plots": False,
                                  "results-dir": str(tmp_path), "run-name": "dep"}, timeout=600)
     s = json.loads(summary.read_text())
     assert s["rounds"] == 2 and s["failures"] == {"errors": 0, "rejected": 0, "missing": 0}

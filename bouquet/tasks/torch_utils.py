@@ -88,6 +88,14 @@ def sgd_steps(
 ) -> dict[str, float]:
     """Run ``steps`` plain SGD steps on batches drawn from ``stream``.
 
+    Each step is ``p -= lr * grad`` on every trainable parameter that received a gradient:
+    ``torch.optim.SGD`` without momentum or weight decay, written out. On the CPU the result is
+    the same bit for bit (``param.add_(grad, alpha=-lr)`` is SGD's own single-tensor update;
+    tests/test_foundation.py compares them). ``torch.optim`` is not used because its first
+    optimiser in a process imports ``torch._dynamo`` (about 1.8 CPU s on 2 cores, as much as
+    importing torch), which a node paid on every message it ran in a fresh process
+    (benchmarks/RESULTS.md, perf-tests).
+
     Parameters
     ----------
     model : nn.Module
@@ -109,16 +117,20 @@ def sgd_steps(
         ``train_loss`` (mean over the steps) and ``steps``.
 
     """
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     total = 0.0
     for _ in range(steps):
         batch = next(stream)
-        opt.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
         loss = loss_fn(model, batch)
         loss.backward()
         if correct_grad is not None:
             correct_grad(model)
-        opt.step()
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-lr)
         total += float(loss.detach())
     return {"train_loss": total / max(steps, 1), "steps": float(steps)}
