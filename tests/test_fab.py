@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -45,10 +46,33 @@ def test_the_repository_components_are_the_generated_ones() -> None:
     assert app["fab-include"] == ["bouquet_fab/*.py"]
 
 
-def test_flwr_build_of_the_repository_is_small_and_carries_no_copy_of_the_package() -> None:
-    from flwr.cli.build import build_fab_from_disk
+@pytest.fixture(scope="session")
+def repository_fab(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The repository built by ``flwr build`` (the command a user runs), once per test session.
 
-    data = build_fab_from_disk(ROOT)
+    Shared by this module's tests across the xdist workers (the first one builds under a lock):
+    Flower 1.42's build walks and resolves every file under the app folder before it filters
+    them, ``.venv`` included, about 10-16 CPU s here.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = (base if worker_id == "master" else base.parent) / "repository-fab"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not list(shared.glob("*.fab")):
+            from bouquet.apps.simulation import flower_env
+
+            build = subprocess.run([str(Path(sys.executable).parent / "flwr"), "build", "--app",
+                                    str(ROOT)], cwd=shared, env=flower_env(shared / "home"),
+                                   capture_output=True, text=True, timeout=300)
+            assert build.returncode == 0, build.stdout + build.stderr
+    [built] = shared.glob("*.fab")
+    return built
+
+
+def test_flwr_build_of_the_repository_is_small_and_carries_no_copy_of_the_package(
+        repository_fab: Path) -> None:
+    data = repository_fab.read_bytes()
     names = set(zipfile.ZipFile(__import__("io").BytesIO(data)).namelist())
     assert names == FAB_FILES
     assert len(data) < MAX_FAB_BYTES
@@ -104,19 +128,15 @@ def _installed_apps(fleet_dir: Path) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("fleet-healthy")  # shares the healthy fleet (tests/conftest.py)
-def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any) -> None:
+def test_the_built_fab_runs_on_a_real_fleet(tmp_path: Path, healthy_fleet: Any,
+                                            repository_fab: Path) -> None:
     """flwr build, extract, then a SuperLink and 2 SuperNodes run FedAvg and SCAFCOM from it."""
     from bouquet.apps.deploy import CONNECTION
-    from bouquet.apps.simulation import flower_env, run_config_arg
+    from bouquet.apps.simulation import run_config_arg
 
-    build = subprocess.run([str(Path(sys.executable).parent / "flwr"), "build", "--app", str(ROOT)],
-                           cwd=tmp_path, env=flower_env(tmp_path / "home-build"),
-                           capture_output=True, text=True, timeout=120)
-    assert build.returncode == 0, build.stdout + build.stderr
-    [built] = tmp_path.glob("*.fab")
-    assert built.stat().st_size < MAX_FAB_BYTES
+    assert repository_fab.stat().st_size < MAX_FAB_BYTES
     app = tmp_path / "bouquet-fab"
-    with zipfile.ZipFile(built) as z:
+    with zipfile.ZipFile(repository_fab) as z:
         assert set(z.namelist()) == FAB_FILES
         z.extractall(app)
     # plots=false: this test is about the FAB; the plots are tested in process (test_plots.py)
