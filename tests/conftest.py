@@ -13,12 +13,18 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("BOUQUET_TORCH_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from suite_order import longest_first  # noqa: E402  (tests/ is on the path only from here)
+from suite_order import COLLECTED, longest_first  # noqa: E402  (tests/ is on the path only from here)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Hand the long tests to the xdist workers first (tests/suite_order.py)."""
+    """Hand the long tests to the xdist workers first (tests/suite_order.py).
+
+    First among the hooks, so that the order noted for tests/test_suite_order.py is the whole
+    collection's, before any deselection or ``--ff``/``--nf`` reordering.
+    """
     items[:] = longest_first(items)
+    config.stash[COLLECTED] = [item.nodeid for item in items]
 
 
 @pytest.fixture

@@ -14,6 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+import pytest
+
+#: The session's whole collection in the order :func:`longest_first` gives it, test ids, noted
+#: before ``-k``, ``-m`` or ``--deselect`` drop any and before ``--ff``/``--nf`` reorder them
+#: (tests/conftest.py); tests/test_suite_order.py checks it.
+COLLECTED = pytest.StashKey[list[str]]()
+
 
 class _Item(Protocol):
     def get_closest_marker(self, name: str) -> object | None: ...

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
@@ -47,25 +48,27 @@ def test_the_repository_components_are_the_generated_ones() -> None:
 
 
 @pytest.fixture(scope="session")
-def repository_fab(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+def repository_fab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The repository built by ``flwr build`` (the command a user runs), once per test session.
 
-    Shared by this module's tests across the xdist workers (the first one builds under a lock):
-    Flower 1.42's build walks and resolves every file under the app folder before it filters
-    them, ``.venv`` included, about 10-16 CPU s here.
+    Shared by this module's tests across the xdist workers (the first one builds under a lock,
+    in a folder of its own that becomes the shared one whole): Flower 1.42's build walks and
+    resolves every file under the app folder before it filters them, ``.venv`` included, about
+    10-16 CPU s here. Under xdist the workers' temporary folders share this session's parent.
     """
     base = tmp_path_factory.getbasetemp()
-    shared = (base if worker_id == "master" else base.parent) / "repository-fab"
-    shared.mkdir(exist_ok=True)
-    with open(shared / "lock", "w") as lock:
+    shared = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "repository-fab"
+    with open(f"{shared}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not list(shared.glob("*.fab")):
+        if not shared.is_dir():
             from bouquet.apps.simulation import flower_env
 
+            building = Path(tempfile.mkdtemp(prefix="repository-fab-", dir=shared.parent))
             build = subprocess.run([str(Path(sys.executable).parent / "flwr"), "build", "--app",
-                                    str(ROOT)], cwd=shared, env=flower_env(shared / "home"),
+                                    str(ROOT)], cwd=building, env=flower_env(building / "home"),
                                    capture_output=True, text=True, timeout=300)
             assert build.returncode == 0, build.stdout + build.stderr
+            building.rename(shared)
     [built] = shared.glob("*.fab")
     return built
 

@@ -246,6 +246,19 @@ def test_digits_are_read_as_scikit_learn_loads_them() -> None:
     assert data.y_train.dtype == np.int64 and (len(data.y_train), len(data.y_test)) == (1442, 355)
 
 
+def test_digits_without_scikit_learn_is_an_import_error_naming_the_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # an ImportError, as before (the pre-start check and the nodes' errors expect that type)
+    import dataclasses
+
+    from bouquet.tasks import digits
+
+    gone = dataclasses.replace(digits.SCIKIT_LEARN_DIGITS, module="sklearn_not_installed_here")
+    monkeypatch.setattr(digits, "SCIKIT_LEARN_DIGITS", gone)
+    with pytest.raises(ImportError, match=r"digits-mlp needs .*pip install \"flwr-bouquet\[torch\]"):
+        DigitsMLP().load_arrays()
+
+
 def test_natural_partition_groups_rows() -> None:
     labels = np.zeros(12, dtype=int)
     groups = np.array(list("aabbccddeeff"))

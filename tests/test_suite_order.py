@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from suite_order import longest_first, rank
+from suite_order import COLLECTED, longest_first, rank
 
 TESTS = Path(__file__).resolve().parent
 
@@ -28,16 +28,17 @@ def test_grouped_then_slow_then_quick_keeping_the_collection_order() -> None:
     assert [rank(i) for i in items] == [2, 1, 0, 2, 1, 0]
 
 
-def _collected_suite(session: pytest.Session) -> list[str]:
+def _collected_suite(config: pytest.Config) -> list[str]:
     """The whole suite's test ids in the order it runs them.
 
-    This session's own collection when it collected every test file (``make test``: no second
-    collection, which imports every test module again, about 9 CPU s); otherwise a fresh
-    ``pytest --collect-only`` of the whole folder.
+    This session's own collection (noted by tests/conftest.py before any deselection) when it
+    collected every test file, as ``make test`` does: no second collection, which imports every
+    test module again (about 9 CPU s); otherwise a fresh ``pytest --collect-only`` of the folder.
     """
     modules = {str(p.relative_to(TESTS.parent)) for p in TESTS.rglob("test_*.py")}
-    if modules <= {item.nodeid.split("::")[0] for item in session.items}:
-        return [item.nodeid for item in session.items]
+    own = config.stash.get(COLLECTED, [])
+    if modules <= {nodeid.split("::")[0] for nodeid in own}:
+        return own
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                            "-p", "no:cacheprovider", str(TESTS)],
                           capture_output=True, text=True, timeout=300, cwd=TESTS.parent)
@@ -47,7 +48,7 @@ def _collected_suite(session: pytest.Session) -> list[str]:
 
 def test_the_collected_suite_starts_with_the_fleet_groups(request: pytest.FixtureRequest) -> None:
     """The real collection: the four fleet tests come first, other slow tests before quick ones."""
-    ids = _collected_suite(request.session)
+    ids = _collected_suite(request.config)
     fleet = {i for i, line in enumerate(ids)
              if "test_reliability_deploy.py::" in line
              or "test_the_built_fab_runs_on_a_real_fleet" in line

@@ -1,7 +1,8 @@
 """``digits-mlp``: scikit-learn's bundled digits (Alpaydin & Kaynak, UCI) with a 2-layer MLP.
 
 No download and no extra package: the 1,797 8x8 images ship inside scikit-learn. A fixed,
-stratified 80/20 split gives 1,442 training and 355 test images (a fifth of each class, rounded down).
+stratified 80/20 split (a fifth of each class, rounded down, for testing) gives 1,442 training
+and 355 test images.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import numpy as np
 from torch import nn
 
 from bouquet.tasks.classification import Arrays, ClassificationTask
+from bouquet.tasks.resources import SCIKIT_LEARN_DIGITS
+
+#: The digits file inside the scikit-learn package (what ``load_digits`` reads).
+DIGITS_FILE = "datasets/data/digits.csv.gz"
 
 
 class DigitsMLP(ClassificationTask):
@@ -28,7 +33,7 @@ class DigitsMLP(ClassificationTask):
         spec = importlib.util.find_spec("sklearn")
         if spec is None or spec.origin is None:
             return None
-        return [Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"]
+        return [Path(spec.origin).parent / DIGITS_FILE]
 
     def load_arrays(self) -> Arrays:
         """Load and split the bundled digits (the split is fixed, independent of the run seed).
@@ -36,18 +41,13 @@ class DigitsMLP(ClassificationTask):
         The file scikit-learn ships is read directly, as ``sklearn.datasets.load_digits`` reads
         it (one row per image: 64 pixels, then the label; tests/test_foundation.py checks the
         two agree): importing scikit-learn costs about 1.9 CPU s per process (scipy and the
-        rest), paid by every server and every node process that loads the task.
+        rest), paid by every server and every node process that loads the task. Without
+        scikit-learn (or the file) it raises :class:`ImportError` with the install command.
         """
-        sources = self.data_sources()
-        if sources is None or not sources[0].is_file():
-            raise FileNotFoundError(
-                "digits-mlp reads the digits that ship inside scikit-learn, which is not "
-                "installed here (or no longer ships datasets/data/digits.csv.gz): "
-                "pip install 'flwr-bouquet[torch]'")
-        rows = np.loadtxt(sources[0], delimiter=",")
-        x, y = rows[:, :-1], rows[:, -1].astype(int)
-        x = (x / 16.0).astype(np.float32)
-        y = y.astype(np.int64)
+        path = SCIKIT_LEARN_DIGITS.file(self.name, DIGITS_FILE)
+        rows = np.loadtxt(path, delimiter=",")
+        x = (rows[:, :-1] / 16.0).astype(np.float32)
+        y = rows[:, -1].astype(np.int64)
         rng = np.random.default_rng(1234)
         test = np.zeros(len(y), dtype=bool)
         for c in range(10):

