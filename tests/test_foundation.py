@@ -231,19 +231,18 @@ def test_digits_are_read_as_scikit_learn_loads_them() -> None:
     """digits-mlp reads scikit-learn's file itself: the same images and labels as load_digits."""
     from sklearn.datasets import load_digits
 
+    from bouquet.tasks.digits import read_digits
+
     x, y = load_digits(return_X_y=True)
-    data = DigitsMLP().load_arrays()
-    rng = np.random.default_rng(1234)  # the task's fixed split, rebuilt from sklearn's arrays
-    test = np.zeros(len(y), dtype=bool)
-    for c in range(10):
-        idx = np.flatnonzero(y == c)
-        test[rng.choice(idx, size=len(idx) // 5, replace=False)] = True
-    expected = (x / 16.0).astype(np.float32)
-    np.testing.assert_array_equal(data.x_train, expected[~test])
-    np.testing.assert_array_equal(data.x_test, expected[test])
-    np.testing.assert_array_equal(data.y_train, y[~test])
-    np.testing.assert_array_equal(data.y_test, y[test])
-    assert data.y_train.dtype == np.int64 and (len(data.y_train), len(data.y_test)) == (1442, 355)
+    sources = DigitsMLP().data_sources()
+    assert sources is not None
+    ours_x, ours_y = read_digits(sources[0])
+    np.testing.assert_array_equal(ours_x, x)
+    np.testing.assert_array_equal(ours_y, y)
+    assert ours_x.dtype == x.dtype and ours_y.dtype == np.int64
+    data = DigitsMLP().load_arrays()  # its fixed split: a fifth of each class
+    assert (len(data.y_train), len(data.y_test)) == (1442, 355)
+    assert np.array_equal(np.bincount(data.y_test), np.bincount(y) // 5)
 
 
 def test_digits_without_scikit_learn_is_an_import_error_naming_the_install(

@@ -20,6 +20,16 @@ from bouquet.tasks.resources import SCIKIT_LEARN_DIGITS
 DIGITS_FILE = "datasets/data/digits.csv.gz"
 
 
+def read_digits(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels (float64, 0-16) and labels (int64) of scikit-learn's ``digits.csv.gz``.
+
+    The file holds one row per image, 64 pixel values and then the label, as
+    ``sklearn.datasets.load_digits(return_X_y=True)`` reads it.
+    """
+    rows = np.loadtxt(path, delimiter=",")
+    return rows[:, :-1], rows[:, -1].astype(np.int64)
+
+
 class DigitsMLP(ClassificationTask):
     """64 -> 64 -> 10 MLP on pixel intensities scaled to [0, 1]."""
 
@@ -44,10 +54,8 @@ class DigitsMLP(ClassificationTask):
         rest), paid by every server and every node process that loads the task. Without
         scikit-learn (or the file) it raises :class:`ImportError` with the install command.
         """
-        path = SCIKIT_LEARN_DIGITS.file(self.name, DIGITS_FILE)
-        rows = np.loadtxt(path, delimiter=",")
-        x = (rows[:, :-1] / 16.0).astype(np.float32)
-        y = rows[:, -1].astype(np.int64)
+        x, y = read_digits(SCIKIT_LEARN_DIGITS.file(self.name, DIGITS_FILE))
+        x = (x / 16.0).astype(np.float32)
         rng = np.random.default_rng(1234)
         test = np.zeros(len(y), dtype=bool)
         for c in range(10):
