@@ -210,7 +210,7 @@ def test_local_sgd_does_not_import_torch_dynamo() -> None:
     """A node's local SGD loads no ``torch._dynamo`` (torch.optim's first optimiser does).
 
     A node without a warm worker runs each message in a fresh process, so that import (about
-    1.8 CPU s here, as much as torch itself) was paid on every training message.
+    1.3-1.8 CPU s here, about as much as torch itself) was paid on every training message.
     """
     import subprocess
     import sys

@@ -410,7 +410,7 @@ def test_a_hello_with_a_cached_partition_imports_no_torch(tmp_path: Path) -> Non
 
     cold_size, cold = hello()
     # The first one loads the task and the dataset; digits-mlp reads the file scikit-learn
-    # ships without importing scikit-learn (about 1.9 CPU s a process)
+    # ships without importing scikit-learn (about 2 CPU s a process)
     assert cold == ["torch"]
     warm_size, warm = hello()
     assert warm_size == cold_size and warm == []

@@ -50,7 +50,7 @@ class DigitsMLP(ClassificationTask):
 
         The file scikit-learn ships is read directly, as ``sklearn.datasets.load_digits`` reads
         it (one row per image: 64 pixels, then the label; tests/test_foundation.py checks the
-        two agree): importing scikit-learn costs about 1.9 CPU s per process (scipy and the
+        two agree): importing scikit-learn costs about 2 CPU s per process (scipy and the
         rest), paid by every server and every node process that loads the task. Without
         scikit-learn (or the file) it raises :class:`ImportError` with the install command.
         """

@@ -92,7 +92,7 @@ def sgd_steps(
     ``torch.optim.SGD`` without momentum or weight decay, written out. On the CPU the result is
     the same bit for bit (``param.add_(grad, alpha=-lr)`` is SGD's own single-tensor update;
     tests/test_foundation.py compares them). ``torch.optim`` is not used because its first
-    optimiser in a process imports ``torch._dynamo`` (about 1.8 CPU s on 2 cores, as much as
+    optimiser in a process imports ``torch._dynamo`` (1.3-1.8 CPU s here, about as much as
     importing torch), which a node paid on every message it ran in a fresh process
     (benchmarks/RESULTS.md, perf-tests).
 
