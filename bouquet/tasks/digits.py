@@ -7,7 +7,6 @@ and 355 test images.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +39,10 @@ class DigitsMLP(ClassificationTask):
 
     def data_sources(self) -> list[Path] | None:
         """scikit-learn's ``datasets/data/digits.csv.gz`` (found without importing scikit-learn)."""
-        spec = importlib.util.find_spec("sklearn")
-        if spec is None or spec.origin is None:
+        try:
+            return [SCIKIT_LEARN_DIGITS.folder(self.name) / DIGITS_FILE]
+        except ImportError:
             return None
-        return [Path(spec.origin).parent / DIGITS_FILE]
 
     def load_arrays(self) -> Arrays:
         """Load and split the bundled digits (the split is fixed, independent of the run seed).
