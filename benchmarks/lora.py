@@ -1233,25 +1233,34 @@ def averaging_gap_lines(runs: Iterable[str], out_dir: Path) -> list[str]:
     """FedIT's ``averaging_gap`` per round, for every run whose rounds report it.
 
     The error of averaging A and B apart relative to the exact round update
-    (:func:`bouquet.strategies.lora.averaging_gap`); runs from before the metric existed, and
-    the exact methods, have none and are left out.
+    (:func:`bouquet.strategies.lora.averaging_gap`), with its parts along and across that update
+    where the round reports them (``gap (along / across)``); runs from before the metric
+    existed, and the exact methods, have none and are left out.
     """
-    rows: dict[str, dict[int, float]] = {}
+    rows: dict[str, dict[int, str]] = {}
     for run in runs:
-        gaps = {int(r["round"]): float(r["averaging_gap"]) for r in read_metrics(out_dir / run)
-                if r.get("averaging_gap") is not None}
-        if gaps:
-            rows[run] = gaps
+        cells = {}
+        for r in read_metrics(out_dir / run):
+            if r.get("averaging_gap") is None:
+                continue
+            cell = f"{float(r['averaging_gap']):.4f}"
+            if r.get("averaging_gap_along") is not None:
+                cell += (f" ({float(r['averaging_gap_along']):+.4f} / "
+                         f"{float(r['averaging_gap_across']):.4f})")
+            cells[int(r["round"])] = cell
+        if cells:
+            rows[run] = cells
     if not rows:
         return []
-    rounds = sorted({rnd for gaps in rows.values() for rnd in gaps})
+    rounds = sorted({rnd for cells in rows.values() for rnd in cells})
     lines = ["FedIT's averaging gap, ||weighted mean of B_k A_k - mean(B) mean(A)||_F over the "
-             "round's exact update (0: exact):", "",
+             "round's exact update (0: exact); in brackets, where reported, its parts along "
+             "(positive: a shorter step) and across the exact update, gap^2 = along^2 + "
+             "across^2:", "",
              "| run | " + " | ".join(f"round {rnd}" for rnd in rounds) + " |",
              "|---|" + "---|" * len(rounds)]
-    for run, gaps in rows.items():
-        cells = [f"{gaps[rnd]:.4f}" if rnd in gaps else "—" for rnd in rounds]
-        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    for run, cells in rows.items():
+        lines.append(f"| {run} | " + " | ".join(cells.get(rnd, "—") for rnd in rounds) + " |")
     return [*lines, ""]
 
 

@@ -86,25 +86,38 @@ def test_lora_report_picks_each_arms_best_lr_and_prints_it(tmp_path: Path) -> No
     assert "ffa-lora 0.720 vs FedIT 0.700" in text
 
 
+def _gap_metrics(gap: float | tuple[float, float, float] | None) -> dict[str, float]:
+    """A round's averaging-gap metrics: none, the gap alone (older runs), or with its parts."""
+    if gap is None:
+        return {}
+    if isinstance(gap, float):
+        return {"averaging_gap": gap}
+    return dict(zip(("averaging_gap", "averaging_gap_along", "averaging_gap_across"), gap,
+                    strict=True))
+
+
 def test_lora_report_prints_fedits_averaging_gap_by_round_where_runs_report_it(
         tmp_path: Path) -> None:
     suite = load_suite("lora")
     rounds = {"fedit-r2-matched-nodp-lr0.005": [0.0312, 0.0457],
               "fedit-r2-matched-nodp-lr0.01": [None, 0.0400],  # round 1 without it
-              "ffa-lora-r4-matched-nodp-lr0.02": [None, None], "fedit-r2-matched-nodp-lr0.02": []}
+              "ffa-lora-r4-matched-nodp-lr0.02": [None, None], "fedit-r2-matched-nodp-lr0.02": [],
+              "fedit-r2-matched-eps3-lr0.01": [(0.5, 0.3, 0.4), (0.25, -0.15, 0.2)]}
     for run, gaps in rounds.items():
         (tmp_path / run).mkdir()
         (tmp_path / run / "metrics.jsonl").write_text("".join(
             json.dumps({"round": i + 1, "accuracy": 0.7, "clients": 3, "up_bytes": 300,
-                        **({} if i >= len(gaps) or gaps[i] is None
-                           else {"averaging_gap": gaps[i]})}) + "\n"
+                        **_gap_metrics(gaps[i] if i < len(gaps) else None)}) + "\n"
             for i in range(2)))
     text = suite.report({run: {"final": {"accuracy": 0.7}} for run in rounds}, tmp_path)
     table = text.split("FedIT's averaging gap")[1].split("\n\n")[1].splitlines()
     # the exact method reports none, nor does a run from before the metric: neither is listed;
     # each value sits under its own round
     assert table[2:] == ["| fedit-r2-matched-nodp-lr0.005 | 0.0312 | 0.0457 |",
-                         "| fedit-r2-matched-nodp-lr0.01 | — | 0.0400 |"], table
+                         "| fedit-r2-matched-nodp-lr0.01 | — | 0.0400 |",
+                         # a run that also reports the parts along and across the update
+                         "| fedit-r2-matched-eps3-lr0.01 | 0.5000 (+0.3000 / 0.4000) "
+                         "| 0.2500 (-0.1500 / 0.2000) |"], table
     assert "averaging gap" not in suite.report(  # no run reports it: no table
         {"ffa-lora-r4-matched-nodp-lr0.02": {"final": {"accuracy": 0.7}}}, tmp_path)
 

@@ -167,9 +167,10 @@ def test_unknown_target_modules_fail_clearly(tmp_path: Path) -> None:
 
 
 def _gap_by_brute_force(adapted: list[Any], clients: list[dict[str, np.ndarray]],
-                        weights: np.ndarray, previous: dict[str, np.ndarray]) -> float:
-    """The same ratio with every m x n product formed in float64."""
-    gap = update = 0.0
+                        weights: np.ndarray, previous: dict[str, np.ndarray]
+                        ) -> tuple[float, float, float]:
+    """Gap, along and across with every m x n product formed in float64 and flattened."""
+    missed, exact_update = [], []
     for a in adapted:
         b = [c[f"{a.module}.lora_B"].astype(np.float64) for c in clients]
         aa = [c[f"{a.module}.lora_A"].astype(np.float64) for c in clients]
@@ -178,9 +179,12 @@ def _gap_by_brute_force(adapted: list[Any], clients: list[dict[str, np.ndarray]]
             w * ak for w, ak in zip(weights, aa, strict=True))
         before = previous[f"{a.module}.lora_B"].astype(np.float64) @ previous[
             f"{a.module}.lora_A"].astype(np.float64)
-        gap += float(np.sum((exact - apart) ** 2))
-        update += float(np.sum((exact - before) ** 2))
-    return float(np.sqrt(gap / update))
+        missed.append((exact - apart).ravel())
+        exact_update.append((exact - before).ravel())
+    d, e = np.concatenate(missed), np.concatenate(exact_update)
+    along = float(d @ e / (e @ e))
+    return (float(np.linalg.norm(d) / np.linalg.norm(e)), along,
+            float(np.linalg.norm(d - along * e) / np.linalg.norm(e)))
 
 
 def test_averaging_gap_matches_the_full_products_and_vanishes_when_clients_agree() -> None:
@@ -192,20 +196,41 @@ def test_averaging_gap_matches_the_full_products_and_vanishes_when_clients_agree
     previous = {k: rng.standard_normal(x.shape).astype(np.float32) for k, x in clients[0].items()}
     w = np.array([0.5, 0.3, 0.2])
     got = L.averaging_gap(adapted, clients, w, previous)
-    assert got == pytest.approx(_gap_by_brute_force(adapted, clients, w, previous), rel=1e-9)
-    assert got > 0.05
+    want = _gap_by_brute_force(adapted, clients, w, previous)
+    assert (got.gap, got.along, got.across) == pytest.approx(want, rel=1e-9)
+    assert got.gap > 0.05 and got.across > 0.01 and abs(got.along) > 0.01
+    assert got.gap ** 2 == pytest.approx(got.along ** 2 + got.across ** 2, rel=1e-12)
     # clients a small step apart from the previous global: the gap is second order in the step
     # and must not be lost to cancellation (an uncentred Gram form returned 0.0 from 1e-4 down)
     for step in (1e-3, 1e-4, 1e-5):
         near = [{k: (x + step * rng.standard_normal(x.shape)).astype(np.float64)
                  for k, x in previous.items()} for _ in range(3)]
         want = _gap_by_brute_force(adapted, near, w, previous)
-        assert want > 0 and L.averaging_gap(adapted, near, w, previous) == pytest.approx(
-            want, rel=1e-5), step
+        got = L.averaging_gap(adapted, near, w, previous)
+        assert want[0] > 0 and got.gap == pytest.approx(want[0], rel=1e-5), step
+        assert got.along == pytest.approx(want[1], rel=1e-4, abs=1e-6 * want[0]), step
     # every client sends the same factors: the product of the means is the mean of the products
-    assert L.averaging_gap(adapted, [clients[0]] * 3, w, previous) == pytest.approx(0, abs=1e-7)
+    same = L.averaging_gap(adapted, [clients[0]] * 3, w, previous)
+    assert (same.gap, same.along, same.across) == pytest.approx((0, 0, 0), abs=1e-7)
     # no client moved: no update, reported as 0 rather than 0 / 0
-    assert L.averaging_gap(adapted, [previous] * 3, w, previous) == 0.0
+    assert L.averaging_gap(adapted, [previous] * 3, w, previous) == L.AveragingGap(0.0, 0.0, 0.0)
+
+
+def test_averaging_gap_along_is_the_shrinkage_of_a_step_in_the_exact_direction() -> None:
+    # From B = 0 and A = 0, client k sends B_k = c_k u and A_k = c_k v (weights summing to 1):
+    # the exact update is mean(c^2) u v, the product of the means mean(c)^2 u v, so the error
+    # var(c) u v lies along the exact update: along = var(c) / mean(c^2), nothing across.
+    u = np.array([[1.0], [2.0], [0.5]])
+    v = np.array([[0.3, -1.0, 2.0, 0.1]])
+    adapted = [L.Adapted("q", 3, 4)]
+    c = np.array([0.2, 1.0, 3.0])
+    w = np.array([0.2, 0.5, 0.3])
+    clients = [{"q.lora_B": ck * u, "q.lora_A": ck * v} for ck in c]
+    previous = {"q.lora_B": np.zeros((3, 1)), "q.lora_A": np.zeros((1, 4))}
+    got = L.averaging_gap(adapted, clients, w, previous)
+    mean_c, mean_c2 = float(w @ c), float(w @ c ** 2)
+    assert got.along == pytest.approx((mean_c2 - mean_c ** 2) / mean_c2, rel=1e-12)
+    assert got.across == pytest.approx(0.0, abs=1e-7) and got.gap == pytest.approx(got.along)
 
 
 @pytest.mark.parametrize("method", ["fedit", "ffa-lora", "fed-sb"])
@@ -221,6 +246,9 @@ def test_fedit_rounds_report_their_averaging_gap_and_the_exact_methods_none(
         return
     weights = np.array([float(r["metrics"]["num-examples"]) for r in replies.values()])
     clients = [to_numpy(r["arrays"]) for r in replies.values()]
-    expected = _gap_by_brute_force(strategy.adapted, clients, weights / weights.sum(), previous)
-    assert rlog.metrics["averaging_gap"] == pytest.approx(expected, rel=1e-6)
-    assert 0 < expected < 1
+    gap, along, across = _gap_by_brute_force(strategy.adapted, clients,
+                                             weights / weights.sum(), previous)
+    assert rlog.metrics["averaging_gap"] == pytest.approx(gap, rel=1e-6)
+    assert rlog.metrics["averaging_gap_along"] == pytest.approx(along, rel=1e-5, abs=1e-7)
+    assert rlog.metrics["averaging_gap_across"] == pytest.approx(across, rel=1e-5, abs=1e-7)
+    assert 0 < gap < 1

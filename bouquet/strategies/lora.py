@@ -31,6 +31,7 @@ and a client never imports this module.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -148,19 +149,52 @@ def svd_frame(grads: Mapping[str, np.ndarray], adapted: Sequence[Adapted], rank:
     return frame, r_init
 
 
-def _sq_frobenius(left: Sequence[np.ndarray], right: Sequence[np.ndarray]) -> float:
-    """``||sum_i L_i R_i||_F^2`` from the small Gram matrices, never forming an ``m x n`` one.
+def _frobenius_inner(left: Sequence[np.ndarray], right: Sequence[np.ndarray],
+                     left2: Sequence[np.ndarray], right2: Sequence[np.ndarray]) -> float:
+    """``<sum_i L_i R_i, sum_j L2_j R2_j>_F`` from small Gram matrices, never an ``m x n`` one.
 
-    With ``U = [L_1 ... L_k]`` and ``V = [R_1; ...; R_k]`` the sum is ``U V`` and its squared norm
-    is ``sum((U^T U) * (V V^T))``: ``(k r)^2`` numbers per matrix whatever ``m, n``.
+    With ``U = [L_1 ... L_k]``, ``V = [R_1; ...; R_k]`` (and ``U2``, ``V2`` likewise) the two sums
+    are ``U V`` and ``U2 V2``, and their inner product is ``sum((U^T U2) * (V V2^T))``: ``k r``
+    by ``k2 r`` numbers per matrix whatever ``m, n``.
     """
     u = np.concatenate([np.asarray(x, np.float64) for x in left], axis=1)
     v = np.concatenate([np.asarray(x, np.float64) for x in right], axis=0)
-    return max(float(np.sum((u.T @ u) * (v @ v.T))), 0.0)
+    u2 = np.concatenate([np.asarray(x, np.float64) for x in left2], axis=1)
+    v2 = np.concatenate([np.asarray(x, np.float64) for x in right2], axis=0)
+    return float(np.sum((u.T @ u2) * (v @ v2.T)))
+
+
+@dataclass(frozen=True)
+class AveragingGap:
+    """FedIT's aggregation error in one round, relative to the exact round update.
+
+    With ``E = mean(B_k A_k) - B A`` the update an exact average would apply and ``D =
+    mean(B_k A_k) - mean(B) mean(A)`` what FedIT's product of averages misses of it (so FedIT
+    applies ``E - D``), ``gap = ||D|| / ||E||`` splits into a part along ``E`` and a part at right
+    angles to it, ``gap^2 = along^2 + across^2`` (Frobenius norms over every adapted matrix
+    together):
+
+    Attributes
+    ----------
+    gap : float
+        ``||D||_F / ||E||_F`` (0 when ``E`` is 0).
+    along : float
+        ``<D, E>_F / ||E||_F^2``: the fraction of the exact update lost along its own direction.
+        Positive: FedIT's step is a shorter one in that direction (factors that disagree
+        average to a smaller product); negative: a longer one.
+    across : float
+        ``||D - along E||_F / ||E||_F``: the part of the error that turns the step away from the
+        exact update's direction.
+
+    """
+
+    gap: float
+    along: float
+    across: float
 
 
 def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.ndarray]],
-                  weights: np.ndarray, previous: Mapping[str, np.ndarray]) -> float:
+                  weights: np.ndarray, previous: Mapping[str, np.ndarray]) -> AveragingGap:
     """How far FedIT's product of averages is from the average of the clients' products.
 
     FedIT averages A and B apart, so the new adapter's product ``mean(B) mean(A)`` differs from
@@ -183,17 +217,17 @@ def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.
 
     Returns
     -------
-    float
-        ``||mean(B_k A_k) - mean(B) mean(A)||_F / ||mean(B_k A_k) - B A||_F`` over every adapted
-        matrix together, ``B A`` the previous global product: the aggregation error relative to
-        the exact round update (0 when that update is 0). The LoRA scale cancels. Both norms are
-        taken in centred form, ``sum_k w_k (B_k - mean B)(A_k - mean A)`` and ``sum_k w_k (B_k -
-        B)(A_k) + B (mean A - A)``, so a small spread between clients is not lost to
-        cancellation.
+    AveragingGap
+        The error relative to the exact round update, whole and split into the parts along and
+        across that update; all 0 when the update is 0. The LoRA scale cancels. The error and
+        the update are taken in centred form, ``D = sum_k w_k (B_k - mean B)(A_k - mean A)`` and
+        ``E = sum_k w_k (B_k - B) A_k + B (mean A - A)``, so a small spread between clients is
+        not lost to cancellation; ``across`` is ``sqrt(gap^2 - along^2)``, and so loses
+        precision only where the error is almost parallel to the update.
 
     """
     w = np.asarray(weights, np.float64) / float(np.sum(weights))
-    gap = update = 0.0
+    gap = update = cross = 0.0
     for a in adapted:
         bs = [np.asarray(c[f"{a.module}.lora_B"], np.float64) for c in clients]
         as_ = [np.asarray(c[f"{a.module}.lora_A"], np.float64) for c in clients]
@@ -202,11 +236,18 @@ def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.
         a_bar = as_[0] + np.tensordot(w, np.stack(as_) - as_[0], axes=1)
         b_prev = np.asarray(previous[f"{a.module}.lora_B"], np.float64)
         a_prev = np.asarray(previous[f"{a.module}.lora_A"], np.float64)
-        gap += _sq_frobenius([wk * (b - b_bar) for wk, b in zip(w, bs, strict=True)],
-                             [x - a_bar for x in as_])
-        update += _sq_frobenius([*(wk * (b - b_prev) for wk, b in zip(w, bs, strict=True)),
-                                 b_prev], [*as_, a_bar - a_prev])
-    return float(np.sqrt(gap / update)) if update > 0 else 0.0
+        error = ([wk * (b - b_bar) for wk, b in zip(w, bs, strict=True)],
+                 [x - a_bar for x in as_])
+        exact = ([*(wk * (b - b_prev) for wk, b in zip(w, bs, strict=True)), b_prev],
+                 [*as_, a_bar - a_prev])
+        gap += max(_frobenius_inner(*error, *error), 0.0)
+        update += max(_frobenius_inner(*exact, *exact), 0.0)
+        cross += _frobenius_inner(*error, *exact)
+    if update <= 0:
+        return AveragingGap(0.0, 0.0, 0.0)
+    along = cross / update
+    return AveragingGap(gap=float(np.sqrt(gap / update)), along=float(along),
+                        across=float(np.sqrt(max(gap / update - along * along, 0.0))))
 
 
 # --------------------------------------------------------------------------- strategy
@@ -423,7 +464,9 @@ class LoraStrategy(BouquetStrategy):
         w = self._weights(replies)
         arrays = [to_numpy(r.content["arrays"]) for r in replies]  # type: ignore[arg-type]
         if self.kind.averages_factors_apart:  # from the (private) replies: post-processing
-            metrics["averaging_gap"] = averaging_gap(self.adapted, arrays, w, self.trainable)
+            gap = averaging_gap(self.adapted, arrays, w, self.trainable)
+            metrics |= {"averaging_gap": gap.gap, "averaging_gap_along": gap.along,
+                        "averaging_gap_across": gap.across}
         self.trainable = {
             k: sum((wi * a[k].astype(np.float64) for wi, a in zip(w, arrays, strict=True)),
                    np.zeros(s)).astype(np.float32)
