@@ -1239,12 +1239,13 @@ def averaging_gap_lines(runs: Iterable[str], out_dir: Path) -> list[str]:
     """
     rows: dict[str, dict[int, str]] = {}
     for run in runs:
-        cells = {}
+        cells: dict[int, str] = {}
         for r in read_metrics(out_dir / run):
             if r.get("averaging_gap") is None:
                 continue
             cell = f"{float(r['averaging_gap']):.4f}"
-            if r.get("averaging_gap_along") is not None:
+            if (r.get("averaging_gap_along") is not None
+                    and r.get("averaging_gap_across") is not None):
                 cell += (f" ({float(r['averaging_gap_along']):+.4f} / "
                          f"{float(r['averaging_gap_across']):.4f})")
             cells[int(r["round"])] = cell
@@ -1255,8 +1256,8 @@ def averaging_gap_lines(runs: Iterable[str], out_dir: Path) -> list[str]:
     rounds = sorted({rnd for cells in rows.values() for rnd in cells})
     lines = ["FedIT's averaging gap, ||weighted mean of B_k A_k - mean(B) mean(A)||_F over the "
              "round's exact update (0: exact); in brackets, where reported, its parts along "
-             "(positive: a shorter step) and across the exact update, gap^2 = along^2 + "
-             "across^2:", "",
+             "the exact update (FedIT's step there is 1 - along times as long) and across it, "
+             "gap^2 = along^2 + across^2:", "",
              "| run | " + " | ".join(f"round {rnd}" for rnd in rounds) + " |",
              "|---|" + "---|" * len(rounds)]
     for run, cells in rows.items():

@@ -149,18 +149,21 @@ def svd_frame(grads: Mapping[str, np.ndarray], adapted: Sequence[Adapted], rank:
     return frame, r_init
 
 
-def _frobenius_inner(left: Sequence[np.ndarray], right: Sequence[np.ndarray],
-                     left2: Sequence[np.ndarray], right2: Sequence[np.ndarray]) -> float:
-    """``<sum_i L_i R_i, sum_j L2_j R2_j>_F`` from small Gram matrices, never an ``m x n`` one.
+def _low_rank(left: Sequence[np.ndarray], right: Sequence[np.ndarray]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_i L_i R_i`` as the pair ``U = [L_1 ... L_k]``, ``V = [R_1; ...; R_k]`` (float64)."""
+    return (np.concatenate([np.asarray(x, np.float64) for x in left], axis=1),
+            np.concatenate([np.asarray(x, np.float64) for x in right], axis=0))
 
-    With ``U = [L_1 ... L_k]``, ``V = [R_1; ...; R_k]`` (and ``U2``, ``V2`` likewise) the two sums
-    are ``U V`` and ``U2 V2``, and their inner product is ``sum((U^T U2) * (V V2^T))``: ``k r``
-    by ``k2 r`` numbers per matrix whatever ``m, n``.
+
+def _frobenius_inner(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]
+                     ) -> float:
+    """``<U V, U2 V2>_F = sum((U^T U2) * (V V2^T))`` for ``x = (U, V)``, ``y = (U2, V2)``.
+
+    From the small Gram matrices (``k r`` by ``k2 r`` numbers whatever ``m, n``), never forming
+    an ``m x n`` product.
     """
-    u = np.concatenate([np.asarray(x, np.float64) for x in left], axis=1)
-    v = np.concatenate([np.asarray(x, np.float64) for x in right], axis=0)
-    u2 = np.concatenate([np.asarray(x, np.float64) for x in left2], axis=1)
-    v2 = np.concatenate([np.asarray(x, np.float64) for x in right2], axis=0)
+    (u, v), (u2, v2) = x, y
     return float(np.sum((u.T @ u2) * (v @ v2.T)))
 
 
@@ -168,11 +171,11 @@ def _frobenius_inner(left: Sequence[np.ndarray], right: Sequence[np.ndarray],
 class AveragingGap:
     """FedIT's aggregation error in one round, relative to the exact round update.
 
-    With ``E = mean(B_k A_k) - B A`` the update an exact average would apply and ``D =
-    mean(B_k A_k) - mean(B) mean(A)`` what FedIT's product of averages misses of it (so FedIT
-    applies ``E - D``), ``gap = ||D|| / ||E||`` splits into a part along ``E`` and a part at right
-    angles to it, ``gap^2 = along^2 + across^2`` (Frobenius norms over every adapted matrix
-    together):
+    With ``E = mean(B_k A_k) - B_prev A_prev`` the update an exact average would apply and ``D =
+    mean(B_k A_k) - mean(B) mean(A)`` what FedIT's product of averages misses of it, FedIT
+    applies ``E - D = (1 - along) E - (D - along E)``: a step along ``E``, ``1 - along`` times
+    as long, plus a part at right angles to ``E``. ``gap = ||D|| / ||E||`` splits accordingly,
+    ``gap^2 = along^2 + across^2`` (Frobenius norms over every adapted matrix together).
 
     Attributes
     ----------
@@ -180,11 +183,11 @@ class AveragingGap:
         ``||D||_F / ||E||_F`` (0 when ``E`` is 0).
     along : float
         ``<D, E>_F / ||E||_F^2``: the fraction of the exact update lost along its own direction.
-        Positive: FedIT's step is a shorter one in that direction (factors that disagree
-        average to a smaller product); negative: a longer one.
+        Between 0 and 1, FedIT's step is a shorter one in that direction (factors that disagree
+        average to a smaller product); negative, a longer one; above 1, it points backwards.
     across : float
-        ``||D - along E||_F / ||E||_F``: the part of the error that turns the step away from the
-        exact update's direction.
+        ``||D - along E||_F / ||E||_F``: the part of the error at right angles to the exact
+        update, which turns FedIT's step away from its direction.
 
     """
 
@@ -221,9 +224,11 @@ def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.
         The error relative to the exact round update, whole and split into the parts along and
         across that update; all 0 when the update is 0. The LoRA scale cancels. The error and
         the update are taken in centred form, ``D = sum_k w_k (B_k - mean B)(A_k - mean A)`` and
-        ``E = sum_k w_k (B_k - B) A_k + B (mean A - A)``, so a small spread between clients is
-        not lost to cancellation; ``across`` is ``sqrt(gap^2 - along^2)``, and so loses
-        precision only where the error is almost parallel to the update.
+        ``E = sum_k w_k (B_k - B_prev) A_k + B_prev (mean A - A_prev)``, so a small spread
+        between clients is not lost to cancellation; ``across`` is ``sqrt(gap^2 - along^2)``,
+        and so loses precision only where the error is almost parallel to the update. Where the
+        clients' products average back to the previous one, ``E`` is rounding noise and the
+        ratios say nothing.
 
     """
     w = np.asarray(weights, np.float64) / float(np.sum(weights))
@@ -236,17 +241,17 @@ def averaging_gap(adapted: Sequence[Adapted], clients: Sequence[Mapping[str, np.
         a_bar = as_[0] + np.tensordot(w, np.stack(as_) - as_[0], axes=1)
         b_prev = np.asarray(previous[f"{a.module}.lora_B"], np.float64)
         a_prev = np.asarray(previous[f"{a.module}.lora_A"], np.float64)
-        error = ([wk * (b - b_bar) for wk, b in zip(w, bs, strict=True)],
-                 [x - a_bar for x in as_])
-        exact = ([*(wk * (b - b_prev) for wk, b in zip(w, bs, strict=True)), b_prev],
-                 [*as_, a_bar - a_prev])
-        gap += max(_frobenius_inner(*error, *error), 0.0)
-        update += max(_frobenius_inner(*exact, *exact), 0.0)
-        cross += _frobenius_inner(*error, *exact)
+        error = _low_rank([wk * (b - b_bar) for wk, b in zip(w, bs, strict=True)],
+                          [x - a_bar for x in as_])
+        exact = _low_rank([*(wk * (b - b_prev) for wk, b in zip(w, bs, strict=True)), b_prev],
+                          [*as_, a_bar - a_prev])
+        gap += max(_frobenius_inner(error, error), 0.0)
+        update += max(_frobenius_inner(exact, exact), 0.0)
+        cross += _frobenius_inner(error, exact)
     if update <= 0:
         return AveragingGap(0.0, 0.0, 0.0)
     along = cross / update
-    return AveragingGap(gap=float(np.sqrt(gap / update)), along=float(along),
+    return AveragingGap(gap=float(np.sqrt(gap / update)), along=along,
                         across=float(np.sqrt(max(gap / update - along * along, 0.0))))
 
 
