@@ -30,7 +30,8 @@ training's own randomness, so the claim is judged across run seeds. Five command
     ``--rows START:STOP`` of the fixed split (:func:`fedkseed.final_rows`,
     :func:`fedkseed.zero_shot_rows`, cached per row range beside the default 400-row files), and
     the paired per-row changes are tested over seeds and rows together (:func:`seed_row_test`,
-    :func:`verdict`). ``--save-rows FILE`` writes the per-row arrays (float32 losses) and
+    :func:`verdict`); the verdict is on the loss, or on the accuracy with ``--primary accuracy``
+    (section 12's plan). ``--save-rows FILE`` writes the per-row arrays (float32 losses) and
     ``--prior-rows FILE`` reads them back, so that the test is recomputed without a run; a seed
     found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
 ``compare``
@@ -406,8 +407,8 @@ def seed_row_test(name: str, changes: Sequence[Sequence[float]], *,
 
 
 def verdict(test: SeedRowTest | None, seeds: int) -> str:
-    """Section 9's verdict on the loss test: holds (p < 0.05), does not hold (no improvement at
-    all: D on the wrong side of 0 or at it), else not shown; no verdict with fewer than 4 seeds.
+    """Section 9's verdict on a test: holds (p < 0.05), does not hold (no improvement at all: D
+    on the wrong side of 0 or at it), else not shown; no verdict with fewer than 4 seeds.
     """
     if test is None or seeds < MIN_SEEDS:
         return NO_VERDICT
@@ -521,8 +522,12 @@ def evaluate_rows(out: Path, arm: str, seeds: Sequence[int], rows: tuple[int, in
                        tuple(finals[s][0] for s in seeds))
 
 
-def confirm_report(result: ConfirmRows) -> list[str]:
-    """Per-seed table, the loss test with its verdict and the accuracy test (no verdict)."""
+def confirm_report(result: ConfirmRows, primary: str = "loss") -> list[str]:
+    """Per-seed table, the ``primary`` test with its verdict, the other one with none.
+
+    ``primary`` is ``"loss"`` (sections 9 and 10: the loss is lower than zero-shot) or
+    ``"accuracy"`` (section 12: the accuracy is higher), as the plan declared.
+    """
     import numpy as np
 
     zero_loss = result.zero_loss.astype(np.float64)
@@ -549,12 +554,19 @@ def confirm_report(result: ConfirmRows) -> list[str]:
     lines += ["", f"Across seeds {', '.join(str(s) for s in result.seeds)} (seeds x rows):"]
     if seeds < 2:
         return [*lines, f"- fewer than 2 seeds: no test; verdict: {NO_VERDICT}"]
-    loss_test = seed_row_test("loss", dl_rows, lower_is_better=True)
-    acc_test = seed_row_test("accuracy", da_rows, lower_is_better=False)
-    return [*lines, "- " + loss_test.describe(),
-            f"- verdict (loss lower than zero-shot, one-sided, alpha {ALPHA}, at least "
-            f"{MIN_SEEDS} seeds): {verdict(loss_test, seeds)}",
-            "- " + acc_test.describe() + " (secondary, no verdict)"]
+    tests = {"loss": seed_row_test("loss", dl_rows, lower_is_better=True),
+             "accuracy": seed_row_test("accuracy", da_rows, lower_is_better=False)}
+    if primary not in tests:
+        raise ValueError(f"the primary test is 'loss' or 'accuracy', not {primary!r}")
+    claim = "loss lower" if primary == "loss" else "accuracy higher"
+    judged = (f"- verdict ({claim} than zero-shot, one-sided, alpha {ALPHA}, at least "
+              f"{MIN_SEEDS} seeds): {verdict(tests[primary], seeds)}")
+    out = [*lines]
+    for name, test in tests.items():
+        out.append("- " + test.describe() + ("" if name == primary else " (secondary, no verdict)"))
+        if name == primary:
+            out.append(judged)
+    return out
 
 
 #: The fewest complete seeds ``compare`` gives a verdict on (section 11's plan).
@@ -711,6 +723,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="comma-separated run seeds, in the declared order")
     conf.add_argument("--prior-rows", type=Path, help="per-row results saved before (npz)")
     conf.add_argument("--save-rows", type=Path, help="write the seeds' per-row results here")
+    conf.add_argument("--primary", choices=("loss", "accuracy"), default="loss",
+                      help="the test the verdict is given on (the other is secondary)")
     comp = sub.add_parser("compare", help="a ZO arm against the LoRA arms at equal budgets")
     comp.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
     run_p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")
@@ -745,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         if args.save_rows:
             result.save(args.save_rows)
-        print("\n".join(confirm_report(result)))
+        print("\n".join(confirm_report(result, args.primary)))
         return 0
     found = sorted(int(p.name.rsplit("-s", 1)[1]) for p in args.out.glob(f"{args.arm}-s*")
                    if p.name.rsplit("-s", 1)[1].isdigit() and (p / args.arm / "rows.npz").is_file())

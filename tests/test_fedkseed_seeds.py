@@ -369,6 +369,48 @@ def test_the_committed_rows_reproduce_the_confirmatory_tests_with_no_run(
     assert f"accuracy: D = {acc:+.4f}" in text and f"= {acc_p:.3g} (secondary" in text
 
 
+def test_the_committed_rows_reproduce_section_12s_accuracy_test_with_no_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Section 12 declared the accuracy change its primary test: the verdict is given on it."""
+    s = script()
+    path = PRIOR.parent / "prompt-fedkseed-120-rows-1600-2562.npz"
+    seeds = "11,12,13,14,15,16"
+    saved = s.ConfirmRows.load(path)
+    assert saved.rows == (1600, 2562) and saved.loss.shape == (6, 962)
+    assert s.main(["confirm", "--out", str(tmp_path), "--rows", "1600:2562", "--seeds", seeds,
+                   "--prior-rows", str(path), "--primary", "accuracy"]) == 0
+    text = capsys.readouterr().out
+    assert ("accuracy: D = +0.0180 over 6 seeds x 962 rows, SE_seed 0.0026, SE_row 0.0064, "
+            "SE 0.0069, t = 2.61 (5 df), one-sided p = P(T >= t) = 0.0238\n") in text
+    assert "verdict (accuracy higher than zero-shot, one-sided, alpha 0.05, at least 4 seeds): " \
+        "holds" in text
+    assert "= 0.000838 (secondary, no verdict)" in text  # the loss, now secondary
+    assert "loss lower" not in text
+    # the default keeps sections 9-10's roles: the loss judged, the accuracy secondary
+    assert s.main(["confirm", "--out", str(tmp_path), "--rows", "1600:2562", "--seeds", seeds,
+                   "--prior-rows", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "verdict (loss lower than zero-shot" in text and "= 0.0238 (secondary" in text
+
+
+def test_the_accuracy_verdict_follows_section_9s_rule() -> None:
+    """holds below alpha, does not hold when the accuracy fell, else not shown (higher is better)."""
+    import numpy as np
+
+    s = script()
+    rise = np.full((4, 50), 1.0)
+    rise[:, ::2] += 0.1
+    noisy = np.tile(np.where(np.arange(50) % 2 == 0, 1.0, -1.0), (4, 1))
+    noisy[:, 0] += 1.0  # a mean rise of 0.02 per seed, far inside the rows' noise
+    judged = {name: s.seed_row_test("accuracy", d.tolist(), lower_is_better=False)
+              for name, d in (("rise", rise), ("fall", -rise), ("noisy", noisy))}
+    assert s.verdict(judged["rise"], 4) == s.HOLDS
+    assert s.verdict(judged["fall"], 4) == s.FAILS
+    assert judged["noisy"].mean > 0 and judged["noisy"].p >= s.ALPHA
+    assert s.verdict(judged["noisy"], 4) == s.NOT_SHOWN
+    assert s.verdict(judged["rise"], 3) == s.NO_VERDICT
+
+
 def test_both_arms_were_scored_against_the_same_zero_shot_rows() -> None:
     """Sections 9 and 10 share their rows: the same zero-shot per-row results in both files."""
     import numpy as np
