@@ -82,9 +82,6 @@ LORA_LR = {"fedit": 0.005, "ffa-lora": 0.02, "fed-sb": 0.02}
 PROMPT = {"quick": {"clients": 4, "fraction": 0.5, "rounds": 3, "zo_steps": 20, "lora_steps": 5},
           "full": {"clients": 8, "fraction": 0.25, "rounds": 10, "zo_steps": 100,
                    "lora_steps": 20}}
-#: rt-smollm: ZO steps per client and round of the preset ``fedkseed-rt-smollm`` (the quick
-#: schedule otherwise): the steps at which RESULTS.md fedkseed section 12 confirmed an accuracy gain.
-PRESET_ZO_STEPS = 120
 
 
 def baseline() -> str:

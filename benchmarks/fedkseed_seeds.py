@@ -63,7 +63,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from bouquet.apps.bench import BenchRun, load_suite, lookup, run_inprocess
 from bouquet.apps.results import read_metrics
@@ -324,10 +324,15 @@ def summarize(results: Sequence[SeedResult]) -> list[str]:
     return lines
 
 
+#: The test a pre-declared plan gives its verdict on (:data:`PRIMARY_TESTS`).
+Primary = Literal["loss", "accuracy"]
 #: Section 9's verdicts beside :data:`bouquet.apps.verdicts.HOLDS` and ``FAILS``.
 NOT_SHOWN, NO_VERDICT = "not shown", "no verdict"
 #: Section 9: the fewest seeds that get a verdict, and the one-sided level.
 MIN_SEEDS, ALPHA = 4, 0.05
+#: The tests ``confirm`` can give its verdict on: the loss (sections 9-10, the default) or the
+#: accuracy (section 12's plan); the other one is reported as secondary.
+PRIMARY_TESTS: tuple[Primary, ...] = ("loss", "accuracy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,14 +527,27 @@ def evaluate_rows(out: Path, arm: str, seeds: Sequence[int], rows: tuple[int, in
                        tuple(finals[s][0] for s in seeds))
 
 
-def confirm_report(result: ConfirmRows, primary: str = "loss") -> list[str]:
-    """Per-seed table, the ``primary`` test with its verdict, the other one with none.
+def confirm_report(result: ConfirmRows, primary: Primary = "loss") -> list[str]:
+    """Per-seed table, then the ``primary`` test with its verdict and the other one with none.
 
-    ``primary`` is ``"loss"`` (sections 9 and 10: the loss is lower than zero-shot) or
-    ``"accuracy"`` (section 12: the accuracy is higher), as the plan declared.
+    Parameters
+    ----------
+    result : ConfirmRows
+        The seeds' and the zero-shot model's per-row results on one row range.
+    primary : {"loss", "accuracy"}
+        The test the plan declared: the loss lower than zero-shot (sections 9 and 10) or the
+        accuracy higher (section 12). With ``"loss"`` the output is sections 9-10's.
+
+    Raises
+    ------
+    ValueError
+        If ``primary`` is neither.
+
     """
     import numpy as np
 
+    if primary not in PRIMARY_TESTS:
+        raise ValueError(f"the primary test is one of {PRIMARY_TESTS}, not {primary!r}")
     zero_loss = result.zero_loss.astype(np.float64)
     zero_correct = result.zero_correct.astype(np.float64)
     start, stop = result.rows
@@ -538,14 +556,14 @@ def confirm_report(result: ConfirmRows, primary: str = "loss") -> list[str]:
              "| seed | round | loss zero-shot -> final | paired loss change +- 2 SE | "
              "accuracy change | turned right / wrong (sign test p) |",
              "|---|---|---|---|---|---|"]
-    dl_rows, da_rows = [], []
+    changes: dict[Primary, list[Any]] = {"loss": [], "accuracy": []}
     for i, seed in enumerate(result.seeds):
         loss = result.loss[i].astype(np.float64)
         correct = result.correct[i].astype(np.float64)
         dl = paired_change(list(zero_loss), list(loss))
         right, wrong = sign_counts(list(zero_correct), list(correct))
-        dl_rows.append(loss - zero_loss)
-        da_rows.append(correct - zero_correct)
+        changes["loss"].append(loss - zero_loss)
+        changes["accuracy"].append(correct - zero_correct)
         lines.append(f"| {seed} | {result.rounds[i]} | {zero_loss.mean():.4f} -> "
                      f"{loss.mean():.4f} | {dl.mean:+.4f} +- {2 * dl.se:.4f} | "
                      f"{(right - wrong) / len(loss):+.4f} | {right} / {wrong} "
@@ -554,19 +572,14 @@ def confirm_report(result: ConfirmRows, primary: str = "loss") -> list[str]:
     lines += ["", f"Across seeds {', '.join(str(s) for s in result.seeds)} (seeds x rows):"]
     if seeds < 2:
         return [*lines, f"- fewer than 2 seeds: no test; verdict: {NO_VERDICT}"]
-    tests = {"loss": seed_row_test("loss", dl_rows, lower_is_better=True),
-             "accuracy": seed_row_test("accuracy", da_rows, lower_is_better=False)}
-    if primary not in tests:
-        raise ValueError(f"the primary test is 'loss' or 'accuracy', not {primary!r}")
-    claim = "loss lower" if primary == "loss" else "accuracy higher"
-    judged = (f"- verdict ({claim} than zero-shot, one-sided, alpha {ALPHA}, at least "
-              f"{MIN_SEEDS} seeds): {verdict(tests[primary], seeds)}")
-    out = [*lines]
-    for name, test in tests.items():
-        out.append("- " + test.describe() + ("" if name == primary else " (secondary, no verdict)"))
-        if name == primary:
-            out.append(judged)
-    return out
+    secondary: Primary = "accuracy" if primary == "loss" else "loss"
+    judged = seed_row_test(primary, changes[primary], lower_is_better=primary == "loss")
+    other = seed_row_test(secondary, changes[secondary], lower_is_better=secondary == "loss")
+    claim = f"{primary} {'lower' if judged.lower_is_better else 'higher'} than zero-shot"
+    return [*lines, "- " + judged.describe(),
+            f"- verdict ({claim}, one-sided, alpha {ALPHA}, at least {MIN_SEEDS} seeds): "
+            f"{verdict(judged, seeds)}",
+            "- " + other.describe() + " (secondary, no verdict)"]
 
 
 #: The fewest complete seeds ``compare`` gives a verdict on (section 11's plan).
@@ -723,8 +736,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="comma-separated run seeds, in the declared order")
     conf.add_argument("--prior-rows", type=Path, help="per-row results saved before (npz)")
     conf.add_argument("--save-rows", type=Path, help="write the seeds' per-row results here")
-    conf.add_argument("--primary", choices=("loss", "accuracy"), default="loss",
-                      help="the test the verdict is given on (the other is secondary)")
+    conf.add_argument("--primary", choices=PRIMARY_TESTS, default="loss",
+                      help="the test the verdict is given on: loss (sections 9-10, the "
+                           "default) or accuracy (section 12); the other is secondary")
     comp = sub.add_parser("compare", help="a ZO arm against the LoRA arms at equal budgets")
     comp.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
     run_p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")

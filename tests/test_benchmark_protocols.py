@@ -981,7 +981,7 @@ def test_fedkseed_report_judges_zero_shot_and_equal_budgets(tmp_path: Path) -> N
     assert "| prompt-fedkseed | 0 | 0 | 0 | 0.7000 |" in text
 
 
-def test_fedkseed_rt_smollm_preset_holds_the_values_the_suite_runs() -> None:
+def test_fedkseed_rt_smollm_preset_holds_the_suites_values_and_section_12s_steps() -> None:
     from bouquet.apps.config import resolve
 
     suite = load_suite("fedkseed")
@@ -990,9 +990,11 @@ def test_fedkseed_rt_smollm_preset_holds_the_values_the_suite_runs() -> None:
     assert cfg.task_name == "rt-smollm" and cfg.common.batch_size == zo["batch-size"]
     section = cfg.sections["fedkseed"]
     assert (section.lr, section.eps) == (zo["fedkseed.lr"], zo["fedkseed.eps"])
-    # the quick schedule's clients and rounds, with the steps section 12 confirmed
+    # the quick schedule's clients and rounds, with the 120 steps per client and round at which
+    # RESULTS.md fedkseed section 12 confirmed the accuracy gain (the quick arm runs 20)
     quick = suite.PROMPT["quick"]
-    assert section.local_steps == suite.PRESET_ZO_STEPS > quick["zo_steps"]
+    assert section.local_steps == 120
+    assert quick["zo_steps"] < section.local_steps
     assert cfg.common.fraction_train == quick["fraction"]
     assert cfg.common.num_server_rounds == quick["rounds"]
 

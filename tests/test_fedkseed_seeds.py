@@ -393,22 +393,42 @@ def test_the_committed_rows_reproduce_section_12s_accuracy_test_with_no_run(
     assert "verdict (loss lower than zero-shot" in text and "= 0.0238 (secondary" in text
 
 
-def test_the_accuracy_verdict_follows_section_9s_rule() -> None:
-    """holds below alpha, does not hold when the accuracy fell, else not shown (higher is better)."""
+def _accuracy_rows(changes: list[list[int]]) -> Any:
+    """A ConfirmRows whose seeds change each row's correctness by ``changes[s][r]`` (-1, 0, 1)."""
     import numpy as np
 
     s = script()
-    rise = np.full((4, 50), 1.0)
-    rise[:, ::2] += 0.1
-    noisy = np.tile(np.where(np.arange(50) % 2 == 0, 1.0, -1.0), (4, 1))
-    noisy[:, 0] += 1.0  # a mean rise of 0.02 per seed, far inside the rows' noise
-    judged = {name: s.seed_row_test("accuracy", d.tolist(), lower_is_better=False)
-              for name, d in (("rise", rise), ("fall", -rise), ("noisy", noisy))}
-    assert s.verdict(judged["rise"], 4) == s.HOLDS
-    assert s.verdict(judged["fall"], 4) == s.FAILS
-    assert judged["noisy"].mean > 0 and judged["noisy"].p >= s.ALPHA
-    assert s.verdict(judged["noisy"], 4) == s.NOT_SHOWN
-    assert s.verdict(judged["rise"], 3) == s.NO_VERDICT
+    d = np.asarray(changes)
+    # a row turns wrong only if zero-shot had it right, and right only if it had it wrong
+    zero_correct = (d < 0).any(axis=0)
+    assert not ((d > 0).any(axis=0) & zero_correct).any(), "a row both rises and falls"
+    correct = np.where(d > 0, True, np.where(d < 0, False, zero_correct[None, :]))
+    loss = np.full(d.shape, 0.5, dtype=np.float32) - 0.01 * d
+    return s.ConfirmRows((0, d.shape[1]), np.full(d.shape[1], 0.5, dtype=np.float32),
+                         zero_correct, tuple(range(len(d))), loss.astype(np.float32), correct,
+                         (3,) * len(d))
+
+
+def test_confirm_gives_the_accuracy_verdict_by_section_9s_rule() -> None:
+    """With accuracy primary: holds, does not hold on a fall, not shown, no verdict, bad name."""
+    s = script()
+    rise = [[1, 1, 0, 1, 0, 1, 0, 1] * 4] * 4  # every seed turns the same 16 of 32 rows right
+    fall = [[-v for v in row] for row in rise]
+    noisy = [[1, -1] * 16 for _ in range(4)]
+    noisy[0][1] = 0  # one row fewer turned wrong: a rise of 1/128, far inside the rows' noise
+    for changes, expected in ((rise, s.HOLDS), (fall, s.FAILS), (noisy, s.NOT_SHOWN)):
+        text = "\n".join(s.confirm_report(_accuracy_rows(changes), "accuracy"))
+        assert f"(accuracy higher than zero-shot, one-sided, alpha 0.05, at least 4 seeds): " \
+            f"{expected}\n" in text + "\n"
+        lines = text.splitlines()
+        assert lines[-3].startswith("- accuracy: D = ") and lines[-1].endswith(
+            "(secondary, no verdict)") and lines[-1].startswith("- loss: D = ")
+    three = "\n".join(s.confirm_report(_accuracy_rows(rise[:3]), "accuracy"))
+    assert three.endswith("(secondary, no verdict)") and f"seeds): {s.NO_VERDICT}" in three
+    one = s.confirm_report(_accuracy_rows(rise[:1]), "accuracy")
+    assert one[-1] == f"- fewer than 2 seeds: no test; verdict: {s.NO_VERDICT}"
+    with pytest.raises(ValueError, match="not 'bogus'"):
+        s.confirm_report(_accuracy_rows(rise[:1]), "bogus")
 
 
 def test_both_arms_were_scored_against_the_same_zero_shot_rows() -> None:
