@@ -348,6 +348,10 @@ CONFIRMED = {
     "section-10": (PRIOR.parent / "prompt-fedkseed-pro-rows-400-1600.npz", "prompt-fedkseed-pro",
                    (5, 6, 7, 8, 9, 10), -0.0079, 0.0017, 0.0018, 0.0024, -3.29, 0.0109, 0.0076,
                    0.137),
+    # section 12's 120-step models on section 9's rows (its descriptive part)
+    "section-12-rows-400-1599": (PRIOR.parent / "prompt-fedkseed-120-rows-400-1600.npz",
+                                 "prompt-fedkseed", (11, 12, 13, 14, 15, 16), -0.0194, 0.0025,
+                                 0.0023, 0.0034, -5.66, 0.00119, 0.0167, 0.0227),
 }
 
 
