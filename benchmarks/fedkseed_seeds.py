@@ -2,7 +2,7 @@
 
 Issue 14 item 1 asks whether FedKSeed and FedKSeed-Pro improve over zero-shot on rt-smollm. One
 trained model's paired standard error counts only the noise of the 400 held-out rows, not the
-training's own randomness, so the claim is judged across run seeds. Five commands:
+training's own randomness, so the claim is judged across run seeds. Six commands:
 
 ``run``
     Runs the suite's arm (``--arm prompt-fedkseed`` or ``prompt-fedkseed-pro``, or a LoRA arm
@@ -34,6 +34,11 @@ training's own randomness, so the claim is judged across run seeds. Five command
     (section 12's plan). ``--save-rows FILE`` writes the per-row arrays (float32 losses) and
     ``--prior-rows FILE`` reads them back, so that the test is recomputed without a run; a seed
     found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
+``contrast``
+    Two arms' per-row files saved by ``confirm --save-rows`` on the same rows and seeds (e.g.
+    FedKSeed-Pro and FedKSeed): the second's final models minus the first's, seed by seed, and
+    section 9's statistic of those differences with a two-sided p, descriptive
+    (:func:`contrast_report`). No model is evaluated.
 ``compare``
     A ZO arm against each LoRA arm at equal wall time and at equal uplink bytes, seed by seed
     and judged over seeds (:func:`compare_arms`; the suite's own comparison made per seed, with
@@ -582,6 +587,57 @@ def confirm_report(result: ConfirmRows, primary: Primary = "loss") -> list[str]:
             "- " + other.describe() + " (secondary, no verdict)"]
 
 
+def contrast_report(first: ConfirmRows, second: ConfirmRows) -> list[str]:
+    """Two arms' final models on the same rows and seeds: ``second`` minus ``first``, no verdict.
+
+    The descriptive comparison of sections 10 and 13 (RESULTS.md ``## fedkseed``): per seed, the
+    mean difference of the two final models' per-row loss and correctness (the zero-shot model
+    cancels); over seeds and rows, section 9's statistic of those differences
+    (:func:`seed_row_test`) with a two-sided p. Pairing by seed is valid whatever the arms share:
+    the seeds are independent, so SE_seed of the per-seed differences counts the training's
+    randomness of both arms.
+
+    Raises
+    ------
+    ValueError
+        If the two were evaluated on other rows, against other zero-shot results, or on other
+        seeds (in another order).
+
+    """
+    import numpy as np
+
+    if first.rows != second.rows:
+        raise ValueError(f"the two files hold rows {first.rows} and {second.rows}")
+    if not (np.array_equal(first.zero_loss, second.zero_loss)
+            and np.array_equal(first.zero_correct, second.zero_correct)):
+        raise ValueError("the two files were scored against different zero-shot rows")
+    if first.seeds != second.seeds:
+        raise ValueError(f"the two files hold seeds {list(first.seeds)} and "
+                         f"{list(second.seeds)}; the contrast pairs them seed by seed")
+    loss = second.loss.astype(np.float64) - first.loss.astype(np.float64)
+    correct = second.correct.astype(np.float64) - first.correct.astype(np.float64)
+    start, stop = first.rows
+    lines = [f"Second minus first on held-out rows {start}-{stop - 1} ({stop - start} rows), "
+             "seed by seed:", "", "| seed | loss difference | accuracy difference |",
+             "|---|---|---|"]
+    lines += [f"| {seed} | {loss[i].mean():+.4f} | {correct[i].mean():+.4f} |"
+              for i, seed in enumerate(first.seeds)]
+    per_seed = loss.mean(axis=1)
+    spread = f", SD over seeds {per_seed.std(ddof=1):.4f}" if len(per_seed) > 1 else ""
+    lines += ["", f"- per-seed loss differences: mean {per_seed.mean():+.4f}{spread}"]
+    if len(first.seeds) < 2:
+        return [*lines, "- fewer than 2 seeds: no statistic over seeds"]
+    for name, d in (("loss difference", loss), ("accuracy difference", correct)):
+        per_row: list[Any] = list(d)
+        test = seed_row_test(name, per_row, lower_is_better=True)
+        two_sided = min(1.0, 2 * min(test.p, 1 - test.p))
+        lines.append(f"- {name}: D = {test.mean:+.4f} over {test.seeds} seeds x {test.rows} "
+                     f"rows, SE_seed {test.se_seed:.4f}, SE_row {test.se_row:.4f}, SE "
+                     f"{test.se:.4f}, t = {test.t:.2f} ({test.df} df), two-sided p = "
+                     f"{two_sided:.3g} (descriptive, no verdict)")
+    return lines
+
+
 #: The fewest complete seeds ``compare`` gives a verdict on (section 11's plan).
 COMPARE_MIN_SEEDS = 3
 
@@ -716,8 +772,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``run``, ``report``, ``summarize``, ``confirm`` or ``compare`` (see the
-    module docstring)."""
+    """Command line: ``run``, ``report``, ``summarize``, ``confirm``, ``contrast`` or ``compare``
+    (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the arm once per seed and print the suite's report")
@@ -739,6 +795,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     conf.add_argument("--primary", choices=PRIMARY_TESTS, default="loss",
                       help="the test the verdict is given on: loss (sections 9-10, the "
                            "default) or accuracy (section 12); the other is secondary")
+    cont = sub.add_parser("contrast", help="two arms' saved per-row results: the second "
+                          "minus the first, seed by seed (descriptive)")
+    cont.add_argument("first", type=Path, help="per-row results of one arm (npz, --save-rows)")
+    cont.add_argument("second", type=Path, help="the other arm's, on the same rows and seeds")
     comp = sub.add_parser("compare", help="a ZO arm against the LoRA arms at equal budgets")
     comp.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
     run_p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")
@@ -755,6 +815,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "report":
         print(report_folder(args.out))
+        return 0
+    if args.command == "contrast":
+        try:
+            lines = contrast_report(ConfirmRows.load(args.first), ConfirmRows.load(args.second))
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print("\n".join(lines))
         return 0
     if args.command == "compare":
         try:

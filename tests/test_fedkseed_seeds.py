@@ -446,6 +446,53 @@ def test_both_arms_were_scored_against_the_same_zero_shot_rows() -> None:
     assert not np.array_equal(ks.loss, pro.loss)  # two arms, not one file twice
 
 
+def test_contrast_reproduces_section_10s_pro_minus_fedkseed_from_the_committed_rows(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Section 10's descriptive Pro minus FedKSeed, seed by seed, from the two committed files."""
+    s = script()
+    ks, pro = (str(CONFIRMED[k][0]) for k in ("section-9", "section-10"))
+    assert s.main(["contrast", ks, pro]) == 0
+    text = capsys.readouterr().out
+    per_seed = ("+0.0035", "+0.0016", "+0.0025", "-0.0059", "-0.0022", "-0.0121")
+    for seed, loss in zip(range(5, 11), per_seed, strict=True):
+        assert f"| {seed} | {loss} | " in text
+    assert "- per-seed loss differences: mean -0.0021, SD over seeds 0.0060\n" in text
+    assert "- accuracy difference: D = +0.0003 over 6 seeds x 1200 rows" in text
+    # swapping the arms flips every sign and leaves the two-sided p alone
+    assert s.main(["contrast", pro, ks]) == 0
+    swapped = capsys.readouterr().out
+    assert "| 5 | -0.0035 | " in swapped and "mean +0.0021, SD over seeds 0.0060" in swapped
+    p_of = [line.rsplit("two-sided p = ", 1)[1] for line in text.splitlines()
+            if "two-sided p" in line]
+    assert p_of == [line.rsplit("two-sided p = ", 1)[1] for line in swapped.splitlines()
+                    if "two-sided p" in line] and len(p_of) == 2
+
+
+def test_contrast_refuses_files_it_cannot_pair(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Other rows, other zero-shot results or other seeds: a clear error, no statistic."""
+    import dataclasses
+
+    s = script()
+    base = _accuracy_rows([[1, 0, -1, 0]] * 3)
+    others = {
+        "rows": dataclasses.replace(base, rows=(4, 8)),
+        "zero-shot": dataclasses.replace(base, zero_loss=base.zero_loss + 0.1),
+        "seeds": dataclasses.replace(base, seeds=(2, 1, 0)),
+    }
+    first = tmp_path / "first.npz"
+    base.save(first)
+    for name, other in others.items():
+        path = tmp_path / f"{name}.npz"
+        other.save(path)
+        assert s.main(["contrast", str(first), str(path)]) == 1
+        err = capsys.readouterr().err
+        assert {"rows": "rows (0, 4) and (4, 8)", "zero-shot": "different zero-shot rows",
+                "seeds": "seeds [0, 1, 2] and [2, 1, 0]"}[name] in err
+    one = s.contrast_report(_accuracy_rows([[1, 0]]), _accuracy_rows([[1, 0]]))
+    assert one[-1] == "- fewer than 2 seeds: no statistic over seeds"
+
+
 def test_the_committed_comparison_reproduces_section_11_with_no_run() -> None:
     """RESULTS.md fedkseed section 11: the committed runs' files give its figures and verdicts."""
     s = script()
