@@ -35,8 +35,10 @@ training's own randomness, so the claim is judged across run seeds. Six commands
     ``--prior-rows FILE`` reads them back, so that the test is recomputed without a run; a seed
     found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
 ``contrast``
-    Two arms' per-row files saved by ``confirm --save-rows`` on the same rows and seeds (e.g.
-    FedKSeed-Pro and FedKSeed): the second's final models minus the first's, seed by seed, and
+    Two arms' per-row files saved by ``confirm --save-rows`` on the same rows (e.g. FedKSeed-Pro
+    and FedKSeed), on the files' seeds (the same in both) or those ``--seeds`` names: the second's
+    final models
+    minus the first's, seed by seed, and
     section 9's statistic of those differences with a two-sided p, descriptive
     (:func:`contrast_report`). No model is evaluated.
 ``compare``
@@ -383,12 +385,22 @@ class SeedRowTest:
     p: float
     lower_is_better: bool
 
-    def describe(self) -> str:
-        """``loss: D = -0.0081, SE_seed 0.0020, SE_row 0.0015, SE 0.0025, t = -3.24 (4 df), ...``."""
+    @property
+    def two_sided_p(self) -> float:
+        """``P(|T| >= |t|)``: for a difference with no improving direction (nan where t is)."""
+        from scipy.stats import t as student
+
+        return float(2 * student.sf(abs(self.t), self.df))
+
+    def describe(self, *, two_sided: bool = False) -> str:
+        """``loss: D = -0.0081, SE_seed 0.0020, SE_row 0.0015, SE 0.0025, t = -3.24 (4 df), ...``
+        ending in the one-sided p, or in :attr:`two_sided_p` where ``two_sided``."""
         side = "P(T <= t)" if self.lower_is_better else "P(T >= t)"
+        p = f"two-sided p = {self.two_sided_p:.3g}" if two_sided else \
+            f"one-sided p = {side} = {self.p:.3g}"
         return (f"{self.name}: D = {self.mean:+.4f} over {self.seeds} seeds x {self.rows} rows, "
                 f"SE_seed {self.se_seed:.4f}, SE_row {self.se_row:.4f}, SE {self.se:.4f}, "
-                f"t = {self.t:.2f} ({self.df} df), one-sided p = {side} = {self.p:.3g}")
+                f"t = {self.t:.2f} ({self.df} df), {p}")
 
 
 def seed_row_test(name: str, changes: Sequence[Sequence[float]], *,
@@ -587,54 +599,84 @@ def confirm_report(result: ConfirmRows, primary: Primary = "loss") -> list[str]:
             "- " + other.describe() + " (secondary, no verdict)"]
 
 
-def contrast_report(first: ConfirmRows, second: ConfirmRows) -> list[str]:
+def contrast_report(first: ConfirmRows, second: ConfirmRows, seeds: Sequence[int] | None = None,
+                    names: tuple[str, str] = ("first", "second")) -> list[str]:
     """Two arms' final models on the same rows and seeds: ``second`` minus ``first``, no verdict.
 
     The descriptive comparison of sections 10 and 13 (RESULTS.md ``## fedkseed``): per seed, the
     mean difference of the two final models' per-row loss and correctness (the zero-shot model
     cancels); over seeds and rows, section 9's statistic of those differences
-    (:func:`seed_row_test`) with a two-sided p. Pairing by seed is valid whatever the arms share:
-    the seeds are independent, so SE_seed of the per-seed differences counts the training's
-    randomness of both arms.
+    (:func:`seed_row_test`) with a two-sided p (:attr:`SeedRowTest.two_sided_p`). Pairing by
+    seed is valid whatever the two arms share within a seed: the seeds are independent of each
+    other, so SE_seed of the per-seed differences counts both arms' training randomness.
+
+    Parameters
+    ----------
+    first, second : ConfirmRows
+        The two arms' per-row results (``confirm --save-rows``) on one row range, scored
+        against one zero-shot evaluation.
+    seeds : sequence of int, optional
+        The seeds to pair, each in both files; default: the files' seeds, which must then be
+        the same seeds in the same order.
+    names : tuple of str
+        How the output names the two arms.
+
+    Returns
+    -------
+    list of str
+        The per-seed table, the per-seed loss differences' mean and SD, and the statistic of
+        the loss and the accuracy differences.
 
     Raises
     ------
     ValueError
-        If the two were evaluated on other rows, against other zero-shot results, or on other
-        seeds (in another order).
+        If the two hold other row ranges or other zero-shot per-row results, if ``seeds`` is
+        empty, repeated or not in both files, or, without ``seeds``, if the files hold
+        different seeds or the same seeds in a different order.
 
     """
     import numpy as np
 
     if first.rows != second.rows:
-        raise ValueError(f"the two files hold rows {first.rows} and {second.rows}")
+        raise ValueError(f"the two files hold the row ranges [{first.rows[0]}, {first.rows[1]}) "
+                         f"and [{second.rows[0]}, {second.rows[1]})")
+    start, stop = first.rows
     if not (np.array_equal(first.zero_loss, second.zero_loss)
             and np.array_equal(first.zero_correct, second.zero_correct)):
-        raise ValueError("the two files were scored against different zero-shot rows")
-    if first.seeds != second.seeds:
-        raise ValueError(f"the two files hold seeds {list(first.seeds)} and "
-                         f"{list(second.seeds)}; the contrast pairs them seed by seed")
-    loss = second.loss.astype(np.float64) - first.loss.astype(np.float64)
-    correct = second.correct.astype(np.float64) - first.correct.astype(np.float64)
-    start, stop = first.rows
-    lines = [f"Second minus first on held-out rows {start}-{stop - 1} ({stop - start} rows), "
-             "seed by seed:", "", "| seed | loss difference | accuracy difference |",
-             "|---|---|---|"]
+        raise ValueError(f"the two files hold different zero-shot per-row results on rows "
+                         f"{start}-{stop - 1}: not one zero-shot evaluation")
+    if seeds is None:
+        if first.seeds != second.seeds:
+            raise ValueError(f"the two files hold seeds {list(first.seeds)} and "
+                             f"{list(second.seeds)}; name the seeds to pair with --seeds")
+        seeds = first.seeds
+    missing = [s for s in seeds if s not in first.seeds or s not in second.seeds]
+    if not seeds or len(set(seeds)) != len(seeds) or missing:
+        raise ValueError(f"the seeds to pair must be distinct and in both files "
+                         f"({list(first.seeds)} and {list(second.seeds)}), got {list(seeds)}")
+
+    def pick(result: ConfirmRows) -> tuple[np.ndarray, np.ndarray]:
+        index = [result.seeds.index(s) for s in seeds]
+        return (result.loss[index].astype(np.float64),
+                result.correct[index].astype(np.float64))
+
+    (loss_a, correct_a), (loss_b, correct_b) = pick(first), pick(second)
+    loss, correct = loss_b - loss_a, correct_b - correct_a
+    lines = [f"{names[1]} minus {names[0]} on held-out rows {start}-{stop - 1} "
+             f"({stop - start} rows), seed by seed:", "",
+             "| seed | loss difference | accuracy difference |", "|---|---|---|"]
     lines += [f"| {seed} | {loss[i].mean():+.4f} | {correct[i].mean():+.4f} |"
-              for i, seed in enumerate(first.seeds)]
+              for i, seed in enumerate(seeds)]
     per_seed = loss.mean(axis=1)
     spread = f", SD over seeds {per_seed.std(ddof=1):.4f}" if len(per_seed) > 1 else ""
     lines += ["", f"- per-seed loss differences: mean {per_seed.mean():+.4f}{spread}"]
-    if len(first.seeds) < 2:
+    if len(seeds) < 2:
         return [*lines, "- fewer than 2 seeds: no statistic over seeds"]
     for name, d in (("loss difference", loss), ("accuracy difference", correct)):
         per_row: list[Any] = list(d)
+        # the direction only sets the one-sided p, which is not printed
         test = seed_row_test(name, per_row, lower_is_better=True)
-        two_sided = min(1.0, 2 * min(test.p, 1 - test.p))
-        lines.append(f"- {name}: D = {test.mean:+.4f} over {test.seeds} seeds x {test.rows} "
-                     f"rows, SE_seed {test.se_seed:.4f}, SE_row {test.se_row:.4f}, SE "
-                     f"{test.se:.4f}, t = {test.t:.2f} ({test.df} df), two-sided p = "
-                     f"{two_sided:.3g} (descriptive, no verdict)")
+        lines.append(f"- {test.describe(two_sided=True)} (descriptive, no verdict)")
     return lines
 
 
@@ -798,7 +840,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cont = sub.add_parser("contrast", help="two arms' saved per-row results: the second "
                           "minus the first, seed by seed (descriptive)")
     cont.add_argument("first", type=Path, help="per-row results of one arm (npz, --save-rows)")
-    cont.add_argument("second", type=Path, help="the other arm's, on the same rows and seeds")
+    cont.add_argument("second", type=Path, help="the other arm's, on the same rows")
+    cont.add_argument("--seeds", type=_seeds, default=None,
+                      help="comma-separated seeds to pair, each in both files (default: the "
+                           "files' seeds, which must then match)")
     comp = sub.add_parser("compare", help="a ZO arm against the LoRA arms at equal budgets")
     comp.add_argument("--seeds", type=_seeds, required=True, help="comma-separated run seeds")
     run_p.add_argument("--arm", choices=ARMS, default="prompt-fedkseed")
@@ -818,7 +863,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "contrast":
         try:
-            lines = contrast_report(ConfirmRows.load(args.first), ConfirmRows.load(args.second))
+            lines = contrast_report(ConfirmRows.load(args.first), ConfirmRows.load(args.second),
+                                    args.seeds, (str(args.first), str(args.second)))
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 1

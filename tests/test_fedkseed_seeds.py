@@ -453,19 +453,30 @@ def test_contrast_reproduces_section_10s_pro_minus_fedkseed_from_the_committed_r
     ks, pro = (str(CONFIRMED[k][0]) for k in ("section-9", "section-10"))
     assert s.main(["contrast", ks, pro]) == 0
     text = capsys.readouterr().out
+    assert text.startswith(f"{pro} minus {ks} on held-out rows 400-1599 (1200 rows)")
     per_seed = ("+0.0035", "+0.0016", "+0.0025", "-0.0059", "-0.0022", "-0.0121")
     for seed, loss in zip(range(5, 11), per_seed, strict=True):
         assert f"| {seed} | {loss} | " in text
     assert "- per-seed loss differences: mean -0.0021, SD over seeds 0.0060\n" in text
-    assert "- accuracy difference: D = +0.0003 over 6 seeds x 1200 rows" in text
+    # D is the difference of the two sections' confirmed loss changes
+    assert round(CONFIRMED["section-10"][3] - CONFIRMED["section-9"][3], 4) == -0.0021
+    assert ("- loss difference: D = -0.0021 over 6 seeds x 1200 rows, SE_seed 0.0025, SE_row "
+            "0.0008, SE 0.0026, t = -0.81 (5 df), two-sided p = 0.456 (descriptive, no "
+            "verdict)\n") in text
+    assert ("- accuracy difference: D = +0.0003 over 6 seeds x 1200 rows, SE_seed 0.0025, "
+            "SE_row 0.0026, SE 0.0036, t = 0.08 (5 df), two-sided p = 0.941 (descriptive, no "
+            "verdict)\n") in text
     # swapping the arms flips every sign and leaves the two-sided p alone
     assert s.main(["contrast", pro, ks]) == 0
     swapped = capsys.readouterr().out
     assert "| 5 | -0.0035 | " in swapped and "mean +0.0021, SD over seeds 0.0060" in swapped
-    p_of = [line.rsplit("two-sided p = ", 1)[1] for line in text.splitlines()
-            if "two-sided p" in line]
-    assert p_of == [line.rsplit("two-sided p = ", 1)[1] for line in swapped.splitlines()
-                    if "two-sided p" in line] and len(p_of) == 2
+    assert "t = 0.81 (5 df), two-sided p = 0.456" in swapped
+    # --seeds pairs a subset, in the order named
+    assert s.main(["contrast", ks, pro, "--seeds", "8,5"]) == 0
+    subset = capsys.readouterr().out
+    assert "| 8 | -0.0059 | " in subset and "| 5 | +0.0035 | " in subset
+    assert subset.index("| 8 |") < subset.index("| 5 |") and "| 6 |" not in subset
+    assert "over 2 seeds x 1200 rows" in subset
 
 
 def test_contrast_refuses_files_it_cannot_pair(tmp_path: Path,
@@ -476,21 +487,36 @@ def test_contrast_refuses_files_it_cannot_pair(tmp_path: Path,
     s = script()
     base = _accuracy_rows([[1, 0, -1, 0]] * 3)
     others = {
-        "rows": dataclasses.replace(base, rows=(4, 8)),
-        "zero-shot": dataclasses.replace(base, zero_loss=base.zero_loss + 0.1),
-        "seeds": dataclasses.replace(base, seeds=(2, 1, 0)),
+        "[0, 4) and [4, 8)": (dataclasses.replace(base, rows=(4, 8)), None),
+        "different zero-shot per-row results on rows 0-3": (
+            dataclasses.replace(base, zero_loss=base.zero_loss + 0.1), None),
+        "different zero-shot per-row results": (
+            dataclasses.replace(base, zero_correct=~base.zero_correct), None),
+        "seeds [0, 1, 2] and [2, 1, 0]; name the seeds": (
+            dataclasses.replace(base, seeds=(2, 1, 0)), None),
+        "seeds [0, 1, 2] and [0, 1, 5]; name": (dataclasses.replace(base, seeds=(0, 1, 5)), None),
+        "must be distinct and in both files ([0, 1, 2] and [0, 1, 5]), got [1, 5]": (
+            dataclasses.replace(base, seeds=(0, 1, 5)), "1,5"),
+        "must be distinct and in both files ([0, 1, 2] and [0, 1, 2]), got [1, 1]": (base, "1,1"),
     }
     first = tmp_path / "first.npz"
     base.save(first)
-    for name, other in others.items():
-        path = tmp_path / f"{name}.npz"
+    for i, (message, (other, seeds)) in enumerate(others.items()):
+        path = tmp_path / f"other{i}.npz"
         other.save(path)
-        assert s.main(["contrast", str(first), str(path)]) == 1
-        err = capsys.readouterr().err
-        assert {"rows": "rows (0, 4) and (4, 8)", "zero-shot": "different zero-shot rows",
-                "seeds": "seeds [0, 1, 2] and [2, 1, 0]"}[name] in err
+        argv = ["contrast", str(first), str(path)] + (["--seeds", seeds] if seeds else [])
+        assert s.main(argv) == 1
+        out, err = capsys.readouterr()
+        assert message in err and out == ""
+    # the same seeds in another order pair once named
+    path = tmp_path / "other3.npz"
+    assert s.main(["contrast", str(first), str(path), "--seeds", "0,1,2"]) == 0
+    assert "over 3 seeds x 4 rows" in capsys.readouterr().out
     one = s.contrast_report(_accuracy_rows([[1, 0]]), _accuracy_rows([[1, 0]]))
     assert one[-1] == "- fewer than 2 seeds: no statistic over seeds"
+    # identical arms: no difference, and the statistic says it has nothing to test (nan)
+    same = s.contrast_report(base, base)
+    assert same[-1].endswith("t = nan (2 df), two-sided p = nan (descriptive, no verdict)")
 
 
 def test_the_committed_comparison_reproduces_section_11_with_no_run() -> None:
