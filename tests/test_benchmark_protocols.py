@@ -981,11 +981,15 @@ def test_fedkseed_report_judges_zero_shot_and_equal_budgets(tmp_path: Path) -> N
     assert "| prompt-fedkseed | 0 | 0 | 0 | 0.7000 |" in text
 
 
-def test_fedkseed_rt_smollm_preset_holds_the_suites_values_and_section_12s_steps() -> None:
+@pytest.mark.parametrize("method", ["fedkseed", "fedkseed-pro"])
+def test_fedkseed_rt_smollm_preset_holds_the_suites_values_and_section_12s_steps(
+        method: str) -> None:
+    """The preset gives both ZO methods the schedule RESULTS.md fedkseed sections 12 (FedKSeed)
+    and 13 (FedKSeed-Pro) confirmed."""
     from bouquet.apps.config import resolve
 
     suite = load_suite("fedkseed")
-    cfg = resolve({"method": "fedkseed", "preset": "fedkseed-rt-smollm"})
+    cfg = resolve({"method": method, "preset": "fedkseed-rt-smollm"})
     zo = suite.ZO["rt-smollm"]
     assert cfg.task_name == "rt-smollm" and cfg.common.batch_size == zo["batch-size"]
     section = cfg.sections["fedkseed"]

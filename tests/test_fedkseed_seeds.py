@@ -397,6 +397,31 @@ def test_the_committed_rows_reproduce_section_12s_accuracy_test_with_no_run(
     assert "verdict (loss lower than zero-shot" in text and "= 0.0238 (secondary" in text
 
 
+def test_the_committed_rows_reproduce_section_13s_pro_test_and_its_contrast_with_no_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Section 13: FedKSeed-Pro at 120 steps, accuracy primary, on section 12's rows and seeds;
+    and Pro minus FedKSeed there, seed by seed."""
+    s = script()
+    pro = PRIOR.parent / "prompt-fedkseed-pro-120-rows-1600-2562.npz"
+    ks = PRIOR.parent / "prompt-fedkseed-120-rows-1600-2562.npz"
+    seeds = "11,12,13,14,15,16"
+    assert s.ConfirmRows.load(pro).rounds == (3,) * 6
+    assert s.main(["confirm", "--arm", "prompt-fedkseed-pro", "--out", str(tmp_path), "--rows",
+                   "1600:2562", "--seeds", seeds, "--prior-rows", str(pro), "--primary",
+                   "accuracy"]) == 0
+    text = capsys.readouterr().out
+    assert ("accuracy: D = +0.0165 over 6 seeds x 962 rows, SE_seed 0.0039, SE_row 0.0066, "
+            "SE 0.0076, t = 2.15 (5 df), one-sided p = P(T >= t) = 0.0419\n") in text
+    assert "at least 4 seeds): holds\n" in text
+    assert "loss: D = -0.0172 over 6 seeds x 962 rows" in text and "= 0.00364 (secondary" in text
+    assert "| 11 | 3 | 0.4965 -> 0.4675 | -0.0290 +- 0.0086 | +0.0333 | 56 / 24 " in text
+    assert s.main(["contrast", str(ks), str(pro)]) == 0
+    text = capsys.readouterr().out
+    assert "- per-seed loss differences: mean -0.0004, SD over seeds 0.0071\n" in text
+    assert ("- accuracy difference: D = -0.0016 over 6 seeds x 962 rows, SE_seed 0.0054, SE_row "
+            "0.0029, SE 0.0061, t = -0.25 (5 df), two-sided p = 0.809") in text
+
+
 def _accuracy_rows(changes: list[list[int]]) -> Any:
     """A ConfirmRows whose seeds change each row's correctness by ``changes[s][r]`` (-1, 0, 1)."""
     import numpy as np
