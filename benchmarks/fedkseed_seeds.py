@@ -36,11 +36,10 @@ training's own randomness, so the claim is judged across run seeds. Six commands
     found in ``--out`` is evaluated (a heavy job) and must agree with the file where both have it.
 ``contrast``
     Two arms' per-row files saved by ``confirm --save-rows`` on the same rows (e.g. FedKSeed-Pro
-    and FedKSeed), on the files' seeds (the same in both) or those ``--seeds`` names: the second's
-    final models
-    minus the first's, seed by seed, and
-    section 9's statistic of those differences with a two-sided p, descriptive
-    (:func:`contrast_report`). No model is evaluated.
+    and FedKSeed), on the files' seeds (the same in both) or those ``--seeds`` names: the
+    second's final models minus the first's, seed by seed, and section 9's statistic of those
+    differences with a two-sided p, descriptive (:func:`contrast_report`). No model is
+    evaluated.
 ``compare``
     A ZO arm against each LoRA arm at equal wall time and at equal uplink bytes, seed by seed
     and judged over seeds (:func:`compare_arms`; the suite's own comparison made per seed, with
