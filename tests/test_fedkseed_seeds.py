@@ -534,8 +534,9 @@ def test_contrast_refuses_files_it_cannot_pair(tmp_path: Path,
         out, err = capsys.readouterr()
         assert message in err and out == ""
     # the same seeds in another order pair once named
-    path = tmp_path / "other3.npz"
-    assert s.main(["contrast", str(first), str(path), "--seeds", "0,1,2"]) == 0
+    reordered = tmp_path / "reordered.npz"
+    dataclasses.replace(base, seeds=(2, 1, 0)).save(reordered)
+    assert s.main(["contrast", str(first), str(reordered), "--seeds", "0,1,2"]) == 0
     assert "over 3 seeds x 4 rows" in capsys.readouterr().out
     one = s.contrast_report(_accuracy_rows([[1, 0]]), _accuracy_rows([[1, 0]]))
     assert one[-1] == "- fewer than 2 seeds: no statistic over seeds"
